@@ -1,0 +1,1 @@
+"""What every part shares: the event envelope, settings and errors."""

@@ -1,0 +1,54 @@
+"""Every error Wayline raises, grouped by what the caller does next.
+
+WaylineError
+├── ConfigError            fix the settings or the environment, then run again
+│   └── MissingJarsError   run `make jars`
+├── StackError             the local stack (broker, database) failed to start or stop
+├── RejectedInput          the request or definition is invalid: report it, never retry
+├── RetryLater             a transient failure: try again after a delay
+└── GiveUp                 a permanent failure: dead-letter and stop trying
+
+Errors from other libraries are translated where they enter Wayline
+(``raise ... from exc``), so callers only ever catch these.
+"""
+
+from __future__ import annotations
+
+
+class WaylineError(Exception):
+    """Root of every error Wayline raises on purpose."""
+
+
+class ConfigError(WaylineError):
+    """The settings or the environment are wrong; the message says which value to fix."""
+
+
+class MissingJarsError(ConfigError):
+    """The JVM jars that Maven fetches are not where the settings say."""
+
+
+class StackError(WaylineError):
+    """A local stack process (Kafka broker, PostgreSQL) could not be started or stopped."""
+
+
+class RejectedInput(WaylineError):
+    """An input is invalid and will stay invalid: report it to whoever sent it."""
+
+
+class RetryLater(WaylineError):
+    """A transient failure: the same operation may succeed after a delay."""
+
+
+class GiveUp(WaylineError):
+    """A permanent failure: retrying cannot help."""
+
+
+__all__ = [
+    "ConfigError",
+    "GiveUp",
+    "MissingJarsError",
+    "RejectedInput",
+    "RetryLater",
+    "StackError",
+    "WaylineError",
+]

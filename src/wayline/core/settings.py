@@ -1,0 +1,148 @@
+"""The one settings object every part of Wayline reads.
+
+Values come, highest priority first, from keyword arguments, ``WAYLINE_*`` environment
+variables (nested fields with ``__``: ``WAYLINE_KAFKA__BOOTSTRAP_SERVERS``), the TOML or
+YAML file named by ``WAYLINE_CONFIG``, and the defaults below, which suit a local run.
+``wayline.example.toml`` at the repository root documents every value.
+
+Addresses of Kafka and PostgreSQL may be left unset: then the running local stack's
+addresses are read from its state file (written by ``wayline up``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field, SecretStr
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+    YamlConfigSettingsSource,
+)
+
+from wayline.core.errors import ConfigError
+
+CONFIG_FILE_ENV = "WAYLINE_CONFIG"
+
+
+class KafkaSettings(BaseModel, frozen=True):
+    bootstrap_servers: str | None = Field(
+        default=None, description="host:port list; unset means the local stack's broker"
+    )
+    event_topic_prefix: str = "events."
+    quarantine_topic: str = "wayline.quarantine"
+    topic_partitions: int = 2
+    max_offsets_per_trigger: int = 200_000
+    starting_offsets: str = "earliest"
+
+
+class PostgresSettings(BaseModel, frozen=True):
+    dsn: SecretStr | None = Field(
+        default=None, description="postgresql:// URL; unset means the local stack's database"
+    )
+    database: str = "wayline"
+
+
+class SparkSettings(BaseModel, frozen=True):
+    master: str = "local[2]"
+    app_name: str = "wayline"
+    shuffle_partitions: int = 2
+    driver_memory: str = "2g"
+    jars_dir: Path = Path("jars/spark")
+    extra_conf: dict[str, str] = Field(default_factory=dict)
+
+
+class EnvelopeSettings(BaseModel, frozen=True):
+    max_bytes: int = Field(default=1024, gt=0, description="larger Kafka values are quarantined")
+
+
+class StackSettings(BaseModel, frozen=True):
+    broker_jars_dir: Path = Path("jars/broker")
+    broker_heap: str = "1g"
+    start_timeout_s: float = 90.0
+    stop_timeout_s: float = 30.0
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="WAYLINE_", env_nested_delimiter="__", frozen=True, extra="forbid"
+    )
+
+    state_dir: Path = Path(".wayline")
+    kafka: KafkaSettings = KafkaSettings()
+    postgres: PostgresSettings = PostgresSettings()
+    spark: SparkSettings = SparkSettings()
+    envelope: EnvelopeSettings = EnvelopeSettings()
+    stack: StackSettings = StackSettings()
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        config_file = os.environ.get(CONFIG_FILE_ENV)
+        if config_file:
+            path = Path(config_file)
+            if not path.is_file():
+                raise ConfigError(f"{CONFIG_FILE_ENV}={config_file} does not name a file")
+            if path.suffix == ".toml":
+                sources.append(TomlConfigSettingsSource(settings_cls, toml_file=path))
+            elif path.suffix in (".yaml", ".yml"):
+                sources.append(YamlConfigSettingsSource(settings_cls, yaml_file=path))
+            else:
+                raise ConfigError(f"{CONFIG_FILE_ENV}={config_file}: use a .toml, .yaml or .yml file")
+        return tuple(sources)
+
+    @property
+    def stack_file(self) -> Path:
+        """Where `wayline up` records the addresses and pids of the local stack."""
+        return self.state_dir / "stack.json"
+
+    @property
+    def checkpoint_root(self) -> Path:
+        return self.state_dir / "checkpoints"
+
+    def kafka_bootstrap(self) -> str:
+        if self.kafka.bootstrap_servers:
+            return self.kafka.bootstrap_servers
+        return str(self._from_stack("kafka_bootstrap", "WAYLINE_KAFKA__BOOTSTRAP_SERVERS"))
+
+    def postgres_dsn(self) -> str:
+        if self.postgres.dsn is not None:
+            return self.postgres.dsn.get_secret_value()
+        return str(self._from_stack("postgres_dsn", "WAYLINE_POSTGRES__DSN"))
+
+    def _from_stack(self, key: str, env_name: str) -> Any:
+        try:
+            recorded = json.loads(self.stack_file.read_text())
+        except FileNotFoundError:
+            raise ConfigError(
+                f"no {key.replace('_', ' ')} configured and no local stack at {self.stack_file}: "
+                f"run `wayline up` or set {env_name}"
+            ) from None
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"{self.stack_file} is corrupt ({exc}); run `wayline down` then `wayline up`") from exc
+        if key not in recorded:
+            raise ConfigError(f"{self.stack_file} has no {key}; run `wayline up` or set {env_name}")
+        return recorded[key]
+
+
+__all__ = [
+    "CONFIG_FILE_ENV",
+    "EnvelopeSettings",
+    "KafkaSettings",
+    "PostgresSettings",
+    "Settings",
+    "SparkSettings",
+    "StackSettings",
+]

@@ -1,0 +1,1 @@
+"""The thin Spark jobs that wire the parts together."""

@@ -1,0 +1,76 @@
+"""The SparkSession every Wayline job and test uses.
+
+JVM settings (jars, memory) only take effect when the JVM starts, and a later
+``getOrCreate()`` silently reuses a running JVM; so this is the single place that
+builds a session, and it refuses to hand out one that was started without Wayline's jars.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from wayline.core.errors import ConfigError, MissingJarsError
+from wayline.core.settings import Settings
+
+ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+
+
+def connector_jars(jars_dir: Path) -> list[Path]:
+    jars = sorted(jars_dir.glob("*.jar"))
+    if not any(jar.name.startswith("spark-sql-kafka") for jar in jars):
+        raise MissingJarsError(
+            f"no Spark Kafka connector in {jars_dir.resolve()}: run `make jars` "
+            "(or point WAYLINE_SPARK__JARS_DIR at the folder Maven filled)"
+        )
+    return jars
+
+
+def spark_conf(settings: Settings) -> dict[str, str]:
+    """Every setting the session starts with; the cluster's own defaults fill the rest."""
+    jars = ",".join(str(jar.resolve()) for jar in connector_jars(settings.spark.jars_dir))
+    conf = {
+        "spark.jars": jars,
+        "spark.app.name": settings.spark.app_name,
+        "spark.driver.memory": settings.spark.driver_memory,
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.shuffle.partitions": str(settings.spark.shuffle_partitions),
+        "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
+        "spark.sql.streaming.checkpointLocation": str(settings.checkpoint_root.resolve()),
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        # Local runs would otherwise leave a Derby metastore and a warehouse in the cwd.
+        "spark.sql.warehouse.dir": str((settings.state_dir / "warehouse").resolve()),
+    }
+    conf.update(settings.spark.extra_conf)
+    return conf
+
+
+def spark_session(settings: Settings):  # -> pyspark.sql.SparkSession (import is slow; kept lazy)
+    """Start (or return the already started) SparkSession configured for Wayline."""
+    # Workers must run this interpreter, or they miss the packages installed beside it.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    conf = spark_conf(settings)
+    running = SparkSession.getActiveSession()
+    if running is not None:
+        started_with = running.sparkContext.getConf().get("spark.jars", "")
+        if started_with != conf["spark.jars"]:
+            raise ConfigError(
+                "a SparkSession is already running without Wayline's jars; "
+                "create Wayline's session before any other in this process"
+            )
+        return running
+    builder = SparkSession.builder.master(settings.spark.master)
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("WARN")
+    return session
+
+
+__all__ = ["ROCKSDB_PROVIDER", "connector_jars", "spark_conf", "spark_session"]
