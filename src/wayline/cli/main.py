@@ -1,0 +1,179 @@
+"""The `wayline` command: the local stack, the load generator and the pipelines."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.live import Live
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from wayline.core.errors import WaylineError
+from wayline.core.kafka import ensure_topics
+from wayline.core.settings import Settings
+from wayline.stack import local, loadgen
+
+app = typer.Typer(no_args_is_help=True, help="Wayline: event streaming on Apache Spark.")
+run_app = typer.Typer(no_args_is_help=True, help="Run a pipeline.")
+app.add_typer(run_app, name="run")
+console = Console()
+
+
+def _guarded(command: Callable[[], None]) -> None:
+    """Show Wayline's errors as one readable line instead of a traceback."""
+    try:
+        command()
+    except WaylineError as exc:
+        console.print(f"[bold red]error:[/] {exc}")
+        raise typer.Exit(1) from exc
+
+
+@app.command()
+def up() -> None:
+    """Start the local Kafka broker and PostgreSQL, and create Wayline's topics."""
+
+    def start() -> None:
+        from wayline.cli.views import stack_table
+
+        with console.status("starting Kafka and PostgreSQL…"):
+            state = local.up(Settings())
+        console.print(stack_table(state))
+
+    _guarded(start)
+
+
+@app.command()
+def down() -> None:
+    """Stop the local stack started by `wayline up`."""
+    _guarded(lambda: local.down(Settings()))
+    console.print("stack stopped")
+
+
+@app.command()
+def status() -> None:
+    """Show the local stack's addresses and whether its processes run."""
+
+    def show() -> None:
+        from wayline.cli.views import stack_table
+
+        state = local.read_state(Settings())
+        if state is None:
+            console.print("no local stack: run `wayline up`")
+            raise typer.Exit(1)
+        console.print(stack_table(state))
+        if not all(state.alive.values()):
+            raise typer.Exit(1)
+
+    _guarded(show)
+
+
+@app.command()
+def produce(
+    rate: Annotated[float, typer.Option(help="events per second; 0 means as fast as possible")] = 5000,
+    count: Annotated[int, typer.Option(help="how many events to send")] = 100_000,
+    bad_fraction: Annotated[float, typer.Option(help="share of deliberately broken records")] = 0.0,
+    tenants: Annotated[int, typer.Option(help="number of distinct tenants")] = 30_000,
+    seed: Annotated[int, typer.Option(help="random seed, for reproducible streams")] = 7,
+) -> None:
+    """Send realistic CloudEvents over 500 event types and 30,000 tenants."""
+
+    def send() -> None:
+        settings = Settings()
+        bootstrap = settings.kafka_bootstrap()
+        ensure_topics(bootstrap, loadgen.topics(settings.kafka.event_topic_prefix), settings.kafka.topic_partitions)
+        factory = loadgen.EventFactory(
+            seed=seed, tenants=tenants, topic_prefix=settings.kafka.event_topic_prefix, bad_fraction=bad_fraction
+        )
+        with Progress(
+            TextColumn("producing"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
+        ) as progress:
+            task = progress.add_task("produce", total=count)
+            summary = loadgen.produce(
+                bootstrap, factory.records(count), rate=rate or None,
+                on_progress=lambda n: progress.advance(task, n),
+            )
+        console.print(f"sent {summary.sent:,} events in {summary.seconds:.1f} s: {summary.rate:,.0f} events/s")
+
+    _guarded(send)
+
+
+def _watch_inspect(settings: Settings, stop_when: Callable[[], bool] = lambda: False) -> None:
+    from wayline.cli.views import inspect_view
+    from wayline.pipelines.inspect import InspectCounts, start_inspect
+    from wayline.stack.spark import spark_session
+
+    with console.status("starting Spark…"):
+        spark = spark_session(settings)
+    counts = InspectCounts()
+    query = start_inspect(spark, settings, counts)
+    try:
+        with Live(inspect_view(counts, 0, 0), console=console, refresh_per_second=2) as live:
+            while query.isActive and not stop_when():
+                progress = query.lastProgress or {}
+                live.update(inspect_view(
+                    counts,
+                    float(progress.get("inputRowsPerSecond") or 0),
+                    float(progress.get("processedRowsPerSecond") or 0),
+                ))
+                time.sleep(0.5)
+        if query.exception() is not None:
+            raise WaylineError(f"the inspect query failed: {query.exception()}")
+    except KeyboardInterrupt:
+        console.print("stopping…")
+    finally:
+        query.stop()
+        spark.stop()
+
+
+@run_app.command("inspect")
+def run_inspect() -> None:
+    """Read every event topic, quarantine bad records, and show live counts per type."""
+    _guarded(lambda: _watch_inspect(Settings()))
+
+
+@app.command()
+def demo(
+    rate: Annotated[float, typer.Option(help="events per second to produce")] = 2000,
+    bad_fraction: Annotated[float, typer.Option(help="share of broken records")] = 0.01,
+) -> None:
+    """Start the stack, produce a stream, and watch it flow through Spark. Ctrl-C stops all."""
+
+    def run() -> None:
+        settings = Settings()
+        with console.status("starting Kafka and PostgreSQL…"):
+            state = local.up(settings)
+        console.print(f"Kafka at {state.kafka_bootstrap}, PostgreSQL at {state.postgres_dsn}")
+        ensure_topics(state.kafka_bootstrap, loadgen.topics(settings.kafka.event_topic_prefix),
+                      settings.kafka.topic_partitions)
+        stop = threading.Event()
+        failures: list[BaseException] = []
+
+        def feed() -> None:
+            factory = loadgen.EventFactory(topic_prefix=settings.kafka.event_topic_prefix, bad_fraction=bad_fraction)
+            try:
+                loadgen.produce(state.kafka_bootstrap, factory.records(), rate=rate, should_stop=stop.is_set)
+            except BaseException as exc:  # surfaced in the main thread below
+                failures.append(exc)
+
+        producer = threading.Thread(target=feed, name="wayline-demo-producer", daemon=True)
+        producer.start()
+        try:
+            _watch_inspect(settings, stop_when=lambda: bool(failures))
+        finally:
+            stop.set()
+            producer.join(timeout=70)
+            with console.status("stopping the stack…"):
+                local.down(settings)
+        if failures:
+            raise WaylineError(f"the demo producer failed: {failures[0]}")
+        console.print("demo stopped; the stack is down")
+
+    _guarded(run)
+
+
+if __name__ == "__main__":
+    app()

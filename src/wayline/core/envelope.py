@@ -1,0 +1,213 @@
+"""The event envelope: CloudEvents 1.0 on Kafka, with Wayline's tenant extensions.
+
+A Kafka record carries one event in either CloudEvents mode:
+- *structured*: the value is the JSON CloudEvent (``specversion``, ``id``, ``source``,
+  ``type``, optional ``subject``, ``time``, ``datacontenttype``, ``data``, extensions);
+- *binary*: attributes travel as ``ce_<name>`` headers and the value is the JSON data.
+Wayline requires the extension attribute ``tenantid``; ``subtenantid`` is optional.
+
+A record that is not a usable event is *rejected* with a reason code and a readable
+detail, and the pipeline sends it, unchanged, to the quarantine topic with both in
+headers. This module is the reference definition (pure Python, used by producers,
+the API and the tests); ``wayline.pipelines.envelope`` applies the same rules as Spark
+SQL expressions, and the integration tests hold the two to the same answers.
+
+Attribute values that are JSON numbers or booleans are read as their JSON text (``5``
+→ ``"5"``), as Spark's ``from_json`` does; an empty string counts as missing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from enum import StrEnum
+from typing import Any
+
+import orjson
+
+SPEC_VERSION = "1.0"
+REQUIRED_ATTRIBUTES = ("specversion", "id", "source", "type")
+OPTIONAL_ATTRIBUTES = ("subject", "time", "datacontenttype", "dataschema")
+TENANT = "tenantid"
+SUBTENANT = "subtenantid"
+ATTRIBUTES = REQUIRED_ATTRIBUTES + OPTIONAL_ATTRIBUTES + (TENANT, SUBTENANT)
+BINARY_PREFIX = "ce_"
+STRUCTURED_CONTENT_TYPE = "application/cloudevents+json"
+
+# Headers the quarantine adds to the untouched original record.
+REASON_HEADER = "wayline-quarantine-reason"
+DETAIL_HEADER = "wayline-quarantine-detail"
+SOURCE_TOPIC_HEADER = "wayline-source-topic"
+SOURCE_PARTITION_HEADER = "wayline-source-partition"
+SOURCE_OFFSET_HEADER = "wayline-source-offset"
+
+
+class Reason(StrEnum):
+    EMPTY = "empty"
+    OVERSIZE = "oversize"
+    NOT_JSON = "not_json"
+    NOT_OBJECT = "not_object"
+    MISSING_ATTRIBUTE = "missing_attribute"
+    BAD_SPECVERSION = "bad_specversion"
+    MISSING_TENANT = "missing_tenant"
+    BAD_TIME = "bad_time"
+
+
+def oversize_detail(size: int, limit: int) -> str:
+    return f"value is {size} bytes, over the {limit}-byte limit"
+
+
+def missing_detail(names: Sequence[str]) -> str:
+    return "missing CloudEvents attribute(s): " + ", ".join(names)
+
+
+DETAILS: Mapping[Reason, str] = {
+    Reason.EMPTY: "the record has no value",
+    Reason.NOT_JSON: "the value is not valid JSON",
+    Reason.NOT_OBJECT: "the value is JSON but not an object",
+    Reason.BAD_SPECVERSION: f"specversion must be {SPEC_VERSION}",
+    Reason.MISSING_TENANT: f"the {TENANT} extension attribute is missing",
+    Reason.BAD_TIME: "time is not an RFC 3339 timestamp",
+}
+
+
+@dataclass(frozen=True)
+class Envelope:
+    id: str
+    source: str
+    type: str
+    tenantid: str
+    specversion: str = SPEC_VERSION
+    subject: str | None = None
+    time: datetime | None = None
+    datacontenttype: str | None = None
+    dataschema: str | None = None
+    subtenantid: str | None = None
+    data: Any = None
+
+
+@dataclass(frozen=True)
+class Rejection:
+    reason: Reason
+    detail: str = field(default="")
+
+
+def parse_record(
+    value: bytes | None,
+    headers: Sequence[tuple[str, bytes | None]] | None = None,
+    *,
+    max_bytes: int,
+) -> Envelope | Rejection:
+    """Read one Kafka record as an event, or say exactly why it is not one."""
+    if value is None or len(value) == 0:
+        return Rejection(Reason.EMPTY, DETAILS[Reason.EMPTY])
+    if len(value) > max_bytes:
+        return Rejection(Reason.OVERSIZE, oversize_detail(len(value), max_bytes))
+    try:
+        decoded = orjson.loads(value)
+    except orjson.JSONDecodeError:
+        return Rejection(Reason.NOT_JSON, DETAILS[Reason.NOT_JSON])
+
+    binary = {
+        key[len(BINARY_PREFIX):]: raw.decode("utf-8", "replace")
+        for key, raw in (headers or ())
+        if key.startswith(BINARY_PREFIX) and raw is not None
+    }
+    if "specversion" in binary:
+        attributes: Mapping[str, Any] = binary
+        data = decoded
+    elif isinstance(decoded, dict):
+        attributes, data = decoded, decoded.get("data")
+    else:
+        return Rejection(Reason.NOT_OBJECT, DETAILS[Reason.NOT_OBJECT])
+
+    text = {name: _attribute_text(attributes.get(name)) for name in ATTRIBUTES}
+    missing = [name for name in REQUIRED_ATTRIBUTES if text[name] is None]
+    if missing:
+        return Rejection(Reason.MISSING_ATTRIBUTE, missing_detail(missing))
+    if text["specversion"] != SPEC_VERSION:
+        return Rejection(Reason.BAD_SPECVERSION, DETAILS[Reason.BAD_SPECVERSION])
+    if text[TENANT] is None:
+        return Rejection(Reason.MISSING_TENANT, DETAILS[Reason.MISSING_TENANT])
+    time = None
+    if text["time"] is not None:
+        time = _parse_time(text["time"])
+        if time is None:
+            return Rejection(Reason.BAD_TIME, DETAILS[Reason.BAD_TIME])
+    return Envelope(
+        id=str(text["id"]),
+        source=str(text["source"]),
+        type=str(text["type"]),
+        tenantid=str(text[TENANT]),
+        specversion=SPEC_VERSION,
+        subject=text["subject"],
+        time=time,
+        datacontenttype=text["datacontenttype"],
+        dataschema=text["dataschema"],
+        subtenantid=text[SUBTENANT],
+        data=data,
+    )
+
+
+def _attribute_text(value: Any) -> str | None:
+    if value is None or value == "":
+        return None
+    if isinstance(value, str):
+        return value
+    return orjson.dumps(value).decode()
+
+
+def _parse_time(text: str) -> datetime | None:
+    try:
+        parsed = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
+
+
+def to_structured(envelope: Envelope) -> bytes:
+    """The structured-mode JSON of an envelope, as producers put it in a Kafka value."""
+    body: dict[str, Any] = {
+        "specversion": envelope.specversion,
+        "id": envelope.id,
+        "source": envelope.source,
+        "type": envelope.type,
+        TENANT: envelope.tenantid,
+    }
+    optional = {
+        "subject": envelope.subject,
+        "time": envelope.time.isoformat().replace("+00:00", "Z") if envelope.time else None,
+        "datacontenttype": envelope.datacontenttype,
+        "dataschema": envelope.dataschema,
+        SUBTENANT: envelope.subtenantid,
+    }
+    body.update({key: value for key, value in optional.items() if value is not None})
+    if envelope.data is not None:
+        body["data"] = envelope.data
+    return orjson.dumps(body)
+
+
+__all__ = [
+    "ATTRIBUTES",
+    "BINARY_PREFIX",
+    "DETAILS",
+    "DETAIL_HEADER",
+    "Envelope",
+    "OPTIONAL_ATTRIBUTES",
+    "REASON_HEADER",
+    "REQUIRED_ATTRIBUTES",
+    "Reason",
+    "Rejection",
+    "SOURCE_OFFSET_HEADER",
+    "SOURCE_PARTITION_HEADER",
+    "SOURCE_TOPIC_HEADER",
+    "SPEC_VERSION",
+    "STRUCTURED_CONTENT_TYPE",
+    "SUBTENANT",
+    "TENANT",
+    "missing_detail",
+    "oversize_detail",
+    "parse_record",
+    "to_structured",
+]

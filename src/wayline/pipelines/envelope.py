@@ -1,0 +1,155 @@
+"""Kafka records → typed envelope columns, entirely as Spark SQL expressions (no Python UDF).
+
+The rules are those of `wayline.core.envelope` (its docstring is the reference); this
+module states them as JVM expressions so no row ever crosses into Python. The JSON is
+parsed once, with `from_json` and a fixed schema whose `data` field is a VARIANT, so
+rules and filters can read any `data.*` path without a per-type schema. The slower
+checks (`try_parse_json`, `schema_of_variant`) run only for rows already known to be bad.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from wayline.core.envelope import (
+    BINARY_PREFIX,
+    DETAIL_HEADER,
+    DETAILS,
+    REASON_HEADER,
+    REQUIRED_ATTRIBUTES,
+    SOURCE_OFFSET_HEADER,
+    SOURCE_PARTITION_HEADER,
+    SOURCE_TOPIC_HEADER,
+    SPEC_VERSION,
+    SUBTENANT,
+    TENANT,
+    Reason,
+    missing_detail,
+    oversize_detail,
+)
+
+_STRING_ATTRIBUTES = REQUIRED_ATTRIBUTES + (
+    "subject", "time", "datacontenttype", "dataschema", TENANT, SUBTENANT,
+)
+ENVELOPE_SCHEMA = "struct<{}, data:variant>".format(
+    ", ".join(f"{name}:string" for name in _STRING_ATTRIBUTES)
+)
+ENVELOPE_COLUMNS = (
+    "id", "source", "type", "specversion", "subject", "time", "datacontenttype", "dataschema",
+    TENANT, SUBTENANT, "data", "event_time",
+)
+KAFKA_COLUMNS = ("key", "value", "headers", "topic", "partition", "offset", "timestamp")
+
+
+def _header(name: str) -> Column:
+    matching = F.filter("headers", lambda h: h["key"] == F.lit(name))
+    return F.try_element_at(matching, F.lit(1))["value"].cast("string")
+
+
+def _detail_of(reason: Column, size: Column, missing_names: Column, max_bytes: int) -> Column:
+    # Same texts as wayline.core.envelope builds; the parity test compares them.
+    oversize_prefix, oversize_rest = oversize_detail(0, max_bytes).split("0", 1)
+    detail = F.when(
+        reason == Reason.OVERSIZE.value,
+        F.concat(F.lit(oversize_prefix), size.cast("string"), F.lit(oversize_rest)),
+    ).when(
+        reason == Reason.MISSING_ATTRIBUTE.value,
+        F.concat(F.lit(missing_detail([])), missing_names),
+    )
+    for fixed, text in DETAILS.items():
+        detail = detail.when(reason == fixed.value, F.lit(text))
+    return detail
+
+
+def parse_events(kafka: DataFrame, *, max_bytes: int) -> DataFrame:
+    """Add the envelope columns and, for records that are not events, `reason` and `detail`.
+
+    `kafka` has the Kafka source's columns (read with `includeHeaders=true`). Good rows
+    have `reason` NULL; bad rows keep their original key, value and headers intact.
+    """
+    text = F.col("value").cast("string")
+    size = F.coalesce(F.octet_length("value"), F.lit(0))
+    staged = kafka.select(
+        *KAFKA_COLUMNS,
+        size.alias("_size"),
+        F.coalesce(F.exists("headers", lambda h: h["key"] == F.lit(f"{BINARY_PREFIX}specversion")), F.lit(False)).alias("_binary"),
+        F.when(size.between(1, max_bytes), F.from_json(text, ENVELOPE_SCHEMA)).alias("_parsed"),
+    )
+    binary = F.col("_binary")
+
+    def attribute(name: str) -> Column:
+        raw = F.when(binary, _header(BINARY_PREFIX + name)).otherwise(F.col("_parsed")[name])
+        return F.when(raw != F.lit(""), raw)
+
+    with_attributes = staged.select(
+        *KAFKA_COLUMNS, "_size", "_binary",
+        *(attribute(name).alias(name) for name in _STRING_ATTRIBUTES),
+        F.when(binary & (F.col("_size") > 0), F.try_parse_json(text))
+        .otherwise(F.col("_parsed")["data"]).alias("data"),
+    )
+
+    missing_names = F.concat_ws(
+        ", ", *(F.when(F.col(name).isNull(), F.lit(name)) for name in REQUIRED_ATTRIBUTES)
+    )
+    any_missing = F.lit(False)
+    for name in REQUIRED_ATTRIBUTES:
+        any_missing = any_missing | F.col(name).isNull()
+    reparsed = F.try_parse_json(text)
+    event_time = F.col("time").try_cast("timestamp")
+    reason = (
+        F.when(F.col("_size") == 0, F.lit(Reason.EMPTY.value))
+        .when(F.col("_size") > max_bytes, F.lit(Reason.OVERSIZE.value))
+        .when(
+            any_missing,
+            F.when(reparsed.isNull(), F.lit(Reason.NOT_JSON.value))
+            .when(~binary & ~F.startswith(F.schema_of_variant(reparsed), F.lit("OBJECT")), F.lit(Reason.NOT_OBJECT.value))
+            .otherwise(F.lit(Reason.MISSING_ATTRIBUTE.value)),
+        )
+        .when(binary & F.col("data").isNull(), F.lit(Reason.NOT_JSON.value))
+        .when(F.col("specversion") != F.lit(SPEC_VERSION), F.lit(Reason.BAD_SPECVERSION.value))
+        .when(F.col(TENANT).isNull(), F.lit(Reason.MISSING_TENANT.value))
+        .when(F.col("time").isNotNull() & event_time.isNull(), F.lit(Reason.BAD_TIME.value))
+    )
+    return with_attributes.select(
+        *KAFKA_COLUMNS,
+        *(name for name in _STRING_ATTRIBUTES if name != "time"),
+        "data",
+        event_time.alias("time"),
+        F.coalesce(event_time, F.col("timestamp")).alias("event_time"),
+        reason.alias("reason"),
+        "_size",
+        missing_names.alias("_missing"),
+    ).select(
+        "*",
+        _detail_of(F.col("reason"), F.col("_size"), F.col("_missing"), max_bytes).alias("detail"),
+    ).drop("_size", "_missing")
+
+
+def valid_events(parsed: DataFrame) -> DataFrame:
+    return parsed.where(F.col("reason").isNull()).select(*ENVELOPE_COLUMNS, "topic", "partition", "offset")
+
+
+def quarantine_records(parsed: DataFrame, quarantine_topic: str) -> DataFrame:
+    """Bad records as the Kafka sink writes them: original key, value and headers, plus why."""
+
+    def header(name: str, value: Column) -> Column:
+        return F.struct(F.lit(name).alias("key"), value.cast("binary").alias("value"))
+
+    added = F.array(
+        header(REASON_HEADER, F.col("reason")),
+        header(DETAIL_HEADER, F.col("detail")),
+        header(SOURCE_TOPIC_HEADER, F.col("topic")),
+        header(SOURCE_PARTITION_HEADER, F.col("partition").cast("string")),
+        header(SOURCE_OFFSET_HEADER, F.col("offset").cast("string")),
+    )
+    original = F.coalesce(F.col("headers"), F.array().cast("array<struct<key:string,value:binary>>"))
+    return parsed.where(F.col("reason").isNotNull()).select(
+        F.lit(quarantine_topic).alias("topic"),
+        "key",
+        "value",
+        F.concat(original, added).alias("headers"),
+    )
+
+
+__all__ = ["ENVELOPE_COLUMNS", "ENVELOPE_SCHEMA", "parse_events", "quarantine_records", "valid_events"]

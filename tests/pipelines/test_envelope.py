@@ -1,0 +1,55 @@
+"""The Spark envelope parser gives every corpus record the same verdict as the reference parser."""
+
+import pytest
+
+from tests.envelope_corpus import CASES, MAX_BYTES, expected_detail
+from wayline.pipelines.envelope import parse_events, quarantine_records, valid_events
+
+pytestmark = pytest.mark.integration
+
+KAFKA_SCHEMA = (
+    "key binary, value binary, headers array<struct<key:string,value:binary>>, topic string, "
+    "partition int, offset long, timestamp timestamp"
+)
+
+
+@pytest.fixture(scope="module")
+def parsed(spark):
+    from datetime import datetime, timezone
+
+    rows = [
+        (case.name.encode(), case.value, [(k, v) for k, v in case.headers] or None,
+         "events.test", 0, offset, datetime(2026, 11, 22, tzinfo=timezone.utc))
+        for offset, case in enumerate(CASES)
+    ]
+    return parse_events(spark.createDataFrame(rows, KAFKA_SCHEMA), max_bytes=MAX_BYTES).cache()
+
+
+def test_spark_verdicts_equal_the_reference(parsed) -> None:
+    got = {row["key"].decode(): (row["reason"], row["detail"]) for row in parsed.collect()}
+    expected = {case.name: (case.reason, expected_detail(case) if case.reason else None) for case in CASES}
+    assert got == expected
+
+
+def test_valid_events_have_typed_columns(parsed) -> None:
+    rows = {row["id"]: row for row in valid_events(parsed).collect()}
+    assert set(rows) == {"evt-1", "5", "evt-b"}
+    binary = rows["evt-b"]
+    assert (binary["type"], binary["tenantid"], binary["subtenantid"]) == ("contact.created", "t-9", "d-100")
+    assert binary["data"].toJson() == '{"name":"Ada"}'
+    assert binary["event_time"] is not None
+
+
+def test_quarantine_keeps_the_original_record_and_says_why(parsed) -> None:
+    rows = quarantine_records(parsed, "wayline.quarantine").collect()
+    by_key = {row["key"].decode(): row for row in rows}
+    assert set(by_key) == {case.name for case in CASES if case.reason}
+    original = {case.name: case for case in CASES}
+    for key, row in by_key.items():
+        headers = {h["key"]: h["value"].decode() for h in row["headers"]}
+        assert row["topic"] == "wayline.quarantine"
+        assert row["value"] == original[key].value
+        assert headers["wayline-quarantine-reason"] == original[key].reason
+        assert headers["wayline-source-topic"] == "events.test"
+    kept = {h["key"] for h in by_key["binary mode, no tenant"]["headers"]}
+    assert {"ce_id", "ce_type"} <= kept

@@ -1,0 +1,55 @@
+"""The inspect query against the real broker: exact counts per type, exact quarantine reasons."""
+
+from collections import Counter
+
+import pytest
+from confluent_kafka import Consumer
+
+from wayline.core.kafka import ensure_topics
+from wayline.pipelines.inspect import InspectCounts, start_inspect
+from wayline.stack.loadgen import EventFactory, catalog, produce
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+def read_all(bootstrap: str, topic: str, expected: int) -> list:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"check-{topic}",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer.subscribe([topic])
+    records = []
+    try:
+        for _ in range(60):
+            records += [m for m in consumer.consume(1000, timeout=1) if m.error() is None]
+            if len(records) >= expected:
+                break
+    finally:
+        consumer.close()
+    return records
+
+
+def test_inspect_counts_types_and_quarantines_bad_records(settings, spark, tmp_path, unique) -> None:
+    prefix = f"events.{unique}."
+    local = settings.model_copy(update={
+        "kafka": settings.kafka.model_copy(update={"event_topic_prefix": prefix, "quarantine_topic": f"quarantine.{unique}"}),
+    })
+    types = catalog(prefix)[:3]
+    ensure_topics(settings.kafka_bootstrap(), {t.topic for t in types} | {local.kafka.quarantine_topic}, 2)
+    factory = EventFactory(seed=1, tenants=50, topic_prefix=prefix)
+    good = [factory.valid(types[i % 3]) for i in range(300)] + [factory.valid(types[0]) for _ in range(50)]
+    bad = [factory.broken(kind, types[1]) for kind in EventFactory.BROKEN_KINDS for _ in range(5)]
+    produce(settings.kafka_bootstrap(), iter(good + bad))
+
+    counts = InspectCounts()
+    query = start_inspect(spark, local, counts, checkpoint=tmp_path / "ck", available_now=True)
+    query.awaitTermination(180)
+    assert query.exception() is None
+
+    per_type, per_reason, _ = counts.snapshot()
+    assert per_type == Counter({types[0].name: 150, types[1].name: 100, types[2].name: 100})
+    assert per_reason == Counter({kind: 5 for kind in EventFactory.BROKEN_KINDS})
+
+    quarantined = read_all(settings.kafka_bootstrap(), local.kafka.quarantine_topic, 20)
+    reasons = Counter(dict(m.headers())["wayline-quarantine-reason"].decode() for m in quarantined)
+    assert reasons == per_reason
+    originals = {r.value for r in bad}
+    assert {m.value() for m in quarantined} == originals
