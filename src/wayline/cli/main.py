@@ -175,5 +175,7 @@ def demo(
     _guarded(run)
 
 
+__all__ = ["app"]
+
 if __name__ == "__main__":
     app()

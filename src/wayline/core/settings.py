@@ -30,7 +30,11 @@ from wayline.core.errors import ConfigError
 CONFIG_FILE_ENV = "WAYLINE_CONFIG"
 
 
-class KafkaSettings(BaseModel, frozen=True):
+class _Section(BaseModel, frozen=True, extra="forbid"):
+    """A group of settings; a misspelt key is an error, not a silent default."""
+
+
+class KafkaSettings(_Section):
     bootstrap_servers: str | None = Field(
         default=None, description="host:port list; unset means the local stack's broker"
     )
@@ -41,14 +45,14 @@ class KafkaSettings(BaseModel, frozen=True):
     starting_offsets: str = "earliest"
 
 
-class PostgresSettings(BaseModel, frozen=True):
+class PostgresSettings(_Section):
     dsn: SecretStr | None = Field(
         default=None, description="postgresql:// URL; unset means the local stack's database"
     )
     database: str = "wayline"
 
 
-class SparkSettings(BaseModel, frozen=True):
+class SparkSettings(_Section):
     master: str = "local[2]"
     app_name: str = "wayline"
     shuffle_partitions: int = 2
@@ -57,11 +61,11 @@ class SparkSettings(BaseModel, frozen=True):
     extra_conf: dict[str, str] = Field(default_factory=dict)
 
 
-class EnvelopeSettings(BaseModel, frozen=True):
+class EnvelopeSettings(_Section):
     max_bytes: int = Field(default=1024, gt=0, description="larger Kafka values are quarantined")
 
 
-class StackSettings(BaseModel, frozen=True):
+class StackSettings(_Section):
     broker_jars_dir: Path = Path("jars/broker")
     broker_heap: str = "1g"
     start_timeout_s: float = 90.0
