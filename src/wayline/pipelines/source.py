@@ -23,6 +23,7 @@ def read_kafka(spark: SparkSession, settings: Settings) -> DataFrame:
         # Back-pressure: a burst is worked off in bounded micro-batches, not all at once.
         .option("maxOffsetsPerTrigger", settings.kafka.max_offsets_per_trigger)
         .option("includeHeaders", "true")
+        .option("kafka.fetch.max.wait.ms", settings.kafka.fetch_max_wait_ms)
         .load()
     )
 

@@ -1,0 +1,393 @@
+"""The streaming matcher: one partition's rows in, in micro-batches; MATCH_RECOGNIZE matches out.
+
+Semantics are the SQL standard's (as in Oracle, Trino, Snowflake) for ONE ROW PER MATCH:
+candidate start rows are tried in order; from a start row the *preferred* match is taken
+(left alternatives first, greedy quantifiers taking as many rows as still let the rest of
+the pattern match, reluctant ones as few); after a match, AFTER MATCH SKIP says where the
+next search starts, and after a start row without a match the search moves to the next row.
+MEASURES are evaluated once on the finished match (FINAL). Patterns that can match zero
+rows are rejected when the rule is parsed, so there are no empty matches.
+
+How a search runs. The search from the current start row is a priority-ordered NFA
+simulation (a Pike VM): each *thread* is one way of mapping the rows seen so far, kept in
+preference order, carrying its automaton state, its DEFINE context (see
+``wayline.rules.expression``) and its labels. On each row every thread tests its next
+variable; survivors branch into their successor states in order. A thread that can end the
+match records it as the candidate and discards every less preferred thread; more preferred
+threads keep running, since one of them may still end in a match that wins. Two threads in
+the same state with the same context have the same future, so only the more preferred one
+is kept — this keeps the work per row bounded by the automaton's size when conditions read
+only the current row. The search is *resolved* when no thread is left: the candidate, if
+any, is the preferred match. Only then is it emitted — a greedy match that could still grow
+waits for the row that ends it, for WITHIN to close it, or for ``finish``.
+
+Searches from later start rows run only once the earlier one is resolved, replaying the
+rows kept since; so the matcher holds the rows from the current start row on (plus the few
+rows PREV may look back at), one search's threads, and nothing else.
+
+Time. Row order is the ORDER BY column, a ``datetime``. WITHIN bounds a match as Flink's
+does: every row of the match lies in ``[first row's time, first row's time + WITHIN)``.
+The watermark says no row older than it will come: with ``reorder=False`` rows must arrive
+in event-time order, and a row older than the latest row or than the watermark is dropped
+(and counted); with ``reorder=True`` rows may arrive in any order and wait until the
+watermark passes them, then enter the automaton in time order (ties in arrival order). Both
+let the watermark close a search whose WITHIN window has ended, so its match is emitted
+without waiting for the partition's next row.
+
+State. ``snapshot()`` returns plain lists, dicts and numbers (plus the rows themselves,
+as given) for a stateful operator to store; ``PartitionMatcher(spec, state=...)`` resumes
+from it. ``size`` measures it, for state budgets.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from wayline.core.errors import GiveUp
+from wayline.rules.automaton import MATCH
+from wayline.rules.expression import Context, DefineFrame, MatchView, Row
+from wayline.rules.recognize import PatternSpec, SkipTo
+
+# A search whose threads outnumber this is thrashing on ambiguous, match-dependent
+# conditions (each thread is a distinct way to map the rows); stopping is kinder than
+# running out of memory.
+DEFAULT_MAX_THREADS = 10_000
+
+# Dropping consumed rows from the front of the buffer costs a copy; do it in large steps.
+_TRIM_STEP = 4096
+
+_STATE_FORMAT = 1
+_EPOCH = datetime(1970, 1, 1)
+_EPOCH_UTC = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_MICROSECOND = timedelta(microseconds=1)
+
+# A thread's labels: (variable, earlier labels) links, newest first, shared between threads.
+Labels = tuple[int, Any] | None
+
+
+@dataclass(frozen=True, slots=True)
+class Match:
+    """One match: ``start`` and ``end`` are row numbers in the partition's event-time order."""
+
+    number: int
+    start: int
+    labels: tuple[str, ...]
+    measures: Mapping[str, Any]
+
+    @property
+    def end(self) -> int:
+        return self.start + len(self.labels) - 1
+
+
+@dataclass(frozen=True, slots=True)
+class MatcherSize:
+    rows: int
+    pending: int
+    threads: int
+    labels: int
+
+    @property
+    def total(self) -> int:
+        return self.rows + self.pending + self.threads + self.labels
+
+
+class PartitionMatcher:
+    """Runs one pattern over one partition's rows (mappings from column name to value)."""
+
+    def __init__(
+        self, spec: PatternSpec, state: Mapping[str, Any] | None = None, *,
+        reorder: bool = False, max_threads: int = DEFAULT_MAX_THREADS,
+    ) -> None:
+        self._spec = spec
+        self._reorder = reorder
+        self._max_threads = max_threads
+        conditions = spec.conditions
+        automaton = spec.automaton
+        self._variables = automaton.variables
+        self._states = tuple(
+            (variable, conditions.tests[variable], conditions.updates[variable],
+             conditions.cacheable[variable], automaton.follow[state])
+            for state, variable in enumerate(automaton.variable_of)
+        )
+        self._fresh: list[tuple[int, Context, Labels]] = [
+            (state, conditions.initial, None) for state in automaton.start
+        ]
+        self._has_context = bool(conditions.initial)
+        self._within = spec.within // _MICROSECOND if spec.within else None
+        self._lookback = spec.lookback
+        self._time_path = spec.order_by
+        self._frame = DefineFrame()
+        self._load(state or {})
+
+    # -- public API ---------------------------------------------------------------------
+
+    def feed(self, rows: Iterable[Row], watermark: datetime | None = None) -> list[Match]:
+        """Take a micro-batch of rows (and optionally the new watermark); return settled matches."""
+        for row in rows:
+            time = self._time_of(row)
+            if time is None or (self._watermark is not None and time < self._watermark):
+                self._dropped += 1
+            elif self._reorder:
+                heapq.heappush(self._pending, (time, self._arrivals, row))
+                self._arrivals += 1
+            elif self._latest is not None and time < self._latest:
+                self._dropped += 1
+            else:
+                self._rows.append(row)
+                self._times.append(time)
+                self._latest = time
+        if watermark is not None:
+            self._move_watermark(watermark)
+        return self._settle(closing=False)
+
+    def advance_watermark(self, watermark: datetime) -> list[Match]:
+        """No row older than ``watermark`` will come; return the matches that settles."""
+        self._move_watermark(watermark)
+        return self._settle(closing=False)
+
+    def finish(self) -> list[Match]:
+        """The input has ended: settle every search with the rows there are."""
+        while self._pending:
+            self._append_pending()
+        return self._settle(closing=True)
+
+    @property
+    def dropped(self) -> int:
+        """Rows dropped as late (older than the watermark or, in order, than the latest row) or untimed."""
+        return self._dropped
+
+    @property
+    def size(self) -> MatcherSize:
+        labels = len(self._threads) * (self._pos - self._start) if self._start >= 0 else 0
+        return MatcherSize(len(self._rows), len(self._pending), len(self._threads), labels)
+
+    def snapshot(self) -> dict[str, Any]:
+        search = None
+        if self._start >= 0:
+            search = {
+                "start": self._start,
+                "position": self._pos,
+                "threads": [[state, list(context), _unwind(labels)]
+                            for state, context, labels in self._threads],
+                "candidate": None if self._candidate is None
+                else [self._candidate[0], _unwind(self._candidate[1])],
+            }
+        return {
+            "format": _STATE_FORMAT,
+            "base": self._base,
+            "rows": list(self._rows),
+            "times": list(self._times),
+            "pending": [list(entry) for entry in self._pending],
+            "arrivals": self._arrivals,
+            "watermark": self._watermark,
+            "latest": self._latest,
+            "next": self._next,
+            "search": search,
+            "matches": self._number,
+            "dropped": self._dropped,
+        }
+
+    # -- state ----------------------------------------------------------------------------
+
+    def _load(self, state: Mapping[str, Any]) -> None:
+        if state and state.get("format") != _STATE_FORMAT:
+            raise GiveUp(f"matcher state format {state.get('format')!r} is not {_STATE_FORMAT}")
+        self._base: int = state.get("base", 0)
+        self._rows: list[Row] = list(state.get("rows", ()))
+        self._times: list[int] = list(state.get("times", ()))
+        self._pending: list[tuple[int, int, Row]] = [tuple(entry) for entry in state.get("pending", ())]
+        self._arrivals: int = state.get("arrivals", 0)
+        self._watermark: int | None = state.get("watermark")
+        self._latest: int | None = state.get("latest")
+        self._next: int = state.get("next", 0)
+        self._number: int = state.get("matches", 0)
+        self._dropped: int = state.get("dropped", 0)
+        search = state.get("search")
+        self._start = -1
+        self._pos = 0
+        self._threads: list[tuple[int, Context, Labels]] = []
+        self._candidate: tuple[int, Labels] | None = None
+        if search:
+            thaw = self._spec.conditions.thaw
+            self._start = search["start"]
+            self._pos = search["position"]
+            self._threads = [(state_, thaw(context), _wind(labels)) for state_, context, labels in search["threads"]]
+            if search["candidate"] is not None:
+                self._candidate = (search["candidate"][0], _wind(search["candidate"][1]))
+
+    def _time_of(self, row: Row) -> int | None:
+        head, *rest = self._time_path
+        value = row.get(head)
+        for key in rest:
+            value = value.get(key) if isinstance(value, dict) else None
+        if value is None:
+            return None
+        if not isinstance(value, datetime):
+            raise GiveUp(f"ORDER BY {'.'.join(self._time_path)} must be a timestamp, not {value!r}")
+        epoch = _EPOCH if value.tzinfo is None else _EPOCH_UTC
+        return (value - epoch) // _MICROSECOND
+
+    def _move_watermark(self, watermark: datetime) -> None:
+        micros = (watermark - (_EPOCH if watermark.tzinfo is None else _EPOCH_UTC)) // _MICROSECOND
+        if self._watermark is None or micros > self._watermark:
+            self._watermark = micros
+        while self._pending and self._pending[0][0] < self._watermark:
+            self._append_pending()
+
+    def _append_pending(self) -> None:
+        time, _, row = heapq.heappop(self._pending)
+        self._rows.append(row)
+        self._times.append(time)
+
+    # -- matching -------------------------------------------------------------------------
+
+    def _settle(self, closing: bool) -> list[Match]:
+        out: list[Match] = []
+        while True:
+            if self._start < 0:
+                if self._next >= self._base + len(self._rows):
+                    break
+                self._start = self._pos = self._next
+                self._threads = self._fresh
+                self._candidate = None
+            self._consume()
+            if self._threads and (closing or self._window_closed()):
+                self._threads = []
+            if self._threads:
+                break
+            self._resolve(out)
+        self._trim(0)
+        return out
+
+    def _window_closed(self) -> bool:
+        return (self._within is not None and self._watermark is not None
+                and self._watermark >= self._times[self._start - self._base] + self._within)
+
+    def _consume(self) -> None:
+        end = self._base + len(self._rows)
+        limit = None
+        if self._within is not None:
+            limit = self._times[self._start - self._base] + self._within
+        times = self._times
+        while self._threads and self._pos < end:
+            if limit is not None and times[self._pos - self._base] >= limit:
+                self._threads = []
+                return
+            self._threads = self._step(self._pos)
+            self._pos += 1
+
+    def _step(self, number: int) -> list[tuple[int, Context, Labels]]:
+        """Advance every thread over row ``number``, in preference order."""
+        rows = self._rows
+        index = number - self._base
+        row = rows[index]
+        frame = self._frame
+        frame.rows = rows
+        frame.base = self._base
+        frame.index = index
+        states = self._states
+        has_context = self._has_context
+        verdicts: list[bool | None] = [None] * len(self._variables)
+        survivors: list[tuple[int, Context, Labels]] = []
+        seen: set[Any] = set()
+        for state, context, labels in self._threads:
+            variable, test, update, cacheable, follow = states[state]
+            if update is not None:
+                context = update(context, number, row)
+            if test is not None:
+                if cacheable:
+                    verdict = verdicts[variable]
+                    if verdict is None:
+                        frame.context = context
+                        verdict = verdicts[variable] = test(frame) is True
+                    if not verdict:
+                        continue
+                else:
+                    frame.context = context
+                    if test(frame) is not True:
+                        continue
+            labels = (variable, labels)
+            ended = False
+            for successor in follow:
+                if successor == MATCH:
+                    ended = True
+                    break
+                key = (successor, context) if has_context else successor
+                if key not in seen:
+                    seen.add(key)
+                    survivors.append((successor, context, labels))
+            if ended:
+                # Every thread after this one, and every branch after MATCH, is less preferred.
+                self._candidate = (number, labels)
+                break
+        if len(survivors) > self._max_threads:
+            raise GiveUp(
+                f"the pattern keeps more than {self._max_threads} ways of matching the rows from "
+                f"row {self._start} on; its conditions are too ambiguous for its WITHIN window"
+            )
+        return survivors
+
+    def _resolve(self, out: list[Match]) -> None:
+        start = self._start
+        if self._candidate is None:
+            self._next = start + 1
+        else:
+            end, linked = self._candidate
+            labels = _unwind(linked)
+            self._number += 1
+            view = MatchView(self._rows, self._base, start, labels, self._number, self._variables)
+            out.append(Match(
+                number=self._number,
+                start=start,
+                labels=tuple(self._variables[label] for label in labels),
+                measures={measure.name: measure.evaluate(view) for measure in self._spec.measures},
+            ))
+            self._next = self._skip(start, end, labels)
+        self._start = -1
+        self._threads = []
+        self._candidate = None
+        self._trim(_TRIM_STEP)
+
+    def _skip(self, start: int, end: int, labels: list[int]) -> int:
+        skip = self._spec.skip
+        if skip.to == SkipTo.PAST_LAST_ROW:
+            return end + 1
+        if skip.to == SkipTo.NEXT_ROW:
+            return start + 1
+        # The rule was rejected unless the variable is always in the match and past its first row.
+        variable = self._variables.index(skip.variable)  # type: ignore[arg-type]
+        if skip.to == SkipTo.FIRST:
+            return start + labels.index(variable)
+        return end - labels[::-1].index(variable)
+
+    def _trim(self, slack: int) -> None:
+        """Forget rows no search can reach, once more than ``slack`` of them have piled up."""
+        keep_from = (self._start if self._start >= 0 else self._next) - self._lookback
+        drop = keep_from - self._base
+        if drop > slack:
+            del self._rows[:drop]
+            del self._times[:drop]
+            self._base = keep_from
+
+
+def _unwind(labels: Labels) -> list[int]:
+    out = []
+    while labels is not None:
+        out.append(labels[0])
+        labels = labels[1]
+    out.reverse()
+    return out
+
+
+def _wind(labels: Iterable[int]) -> Labels:
+    linked: Labels = None
+    for label in labels:
+        linked = (label, linked)
+    return linked
+
+
+__all__ = ["DEFAULT_MAX_THREADS", "Match", "MatcherSize", "PartitionMatcher"]

@@ -1,0 +1,336 @@
+"""A MATCH_RECOGNIZE rule, read from SQL into a frozen ``PatternSpec``.
+
+The accepted shape is the Flink SQL subset and a little more::
+
+    SELECT <* | partition columns and measures>
+    FROM events MATCH_RECOGNIZE (
+      [PARTITION BY col, ...]
+      ORDER BY <event-time column>
+      [MEASURES expr AS name, ...]
+      [ONE ROW PER MATCH]
+      [AFTER MATCH SKIP PAST LAST ROW | TO NEXT ROW | TO FIRST v | TO LAST v]
+      PATTERN (<row pattern>)
+      [WITHIN INTERVAL '<n>' <unit>]
+      DEFINE v AS condition, ...
+    ) [AS alias]
+
+sqlglot's Snowflake dialect parses the clause; the PATTERN comes back as text for
+``wayline.rules.pattern``, and DEFINE and MEASURES as trees for
+``wayline.rules.expression``. Every problem becomes a ``RejectedInput`` that names the
+clause and, where the parser knows it, the line and column.
+
+AFTER MATCH SKIP TO FIRST/LAST v fails at run time in the standard when v is not in the
+match or the skip would restart at the match's first row. Wayline checks both on the
+automaton when the rule is submitted and rejects a rule for which either can happen, so a
+deployed rule never fails that way.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import timedelta
+from enum import StrEnum
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.errors import ParseError, TokenError
+from sqlglot.tokens import Token, TokenType
+
+from wayline.core.errors import RejectedInput
+from wayline.rules.automaton import Automaton, compile_automaton
+from wayline.rules.expression import Conditions, Define, Measure, compile_defines, compile_measure, interval
+from wayline.rules.pattern import Pattern, parse_pattern, variables
+
+DIALECT = "snowflake"
+SOURCE = "events"
+
+ColumnPath = tuple[str, ...]
+
+_SELECT_PARTS = frozenset({"expressions", "from_", "match"})
+
+
+class SkipTo(StrEnum):
+    PAST_LAST_ROW = "PAST LAST ROW"
+    NEXT_ROW = "TO NEXT ROW"
+    FIRST = "TO FIRST"
+    LAST = "TO LAST"
+
+
+@dataclass(frozen=True, slots=True)
+class AfterMatchSkip:
+    to: SkipTo = SkipTo.PAST_LAST_ROW
+    variable: str | None = None
+
+    def __str__(self) -> str:
+        return f"AFTER MATCH SKIP {self.to}" + (f" {self.variable}" if self.variable else "")
+
+
+@dataclass(frozen=True, slots=True)
+class OutputColumn:
+    """One column of the rule's output: ``name``, taken from a partition key or measure ``source``."""
+
+    name: str
+    source: str
+
+
+@dataclass(frozen=True)
+class PatternSpec:
+    """Everything a matcher needs to run one MATCH_RECOGNIZE rule, compiled once per rule."""
+
+    sql: str
+    partition_by: tuple[ColumnPath, ...]
+    order_by: ColumnPath
+    measures: tuple[Measure, ...]
+    skip: AfterMatchSkip
+    pattern: Pattern
+    within: timedelta | None
+    defines: tuple[Define, ...]
+    select: tuple[OutputColumn, ...]
+    conditions: Conditions = field(compare=False, repr=False)
+    automaton: Automaton = field(compare=False, repr=False)
+
+    @property
+    def variables(self) -> tuple[str, ...]:
+        return self.conditions.variables
+
+    @property
+    def lookback(self) -> int:
+        """How many rows before a match PREV may read, in DEFINE or MEASURES."""
+        return max([self.conditions.lookback, *(measure.lookback for measure in self.measures)])
+
+
+def parse_match_recognize(sql: str) -> PatternSpec:
+    """Read a pattern rule, or raise ``RejectedInput`` saying what is wrong and where."""
+    text, within = _take_within(sql)
+    statement = _parse(text)
+    match = statement.args.get("match")
+    if not isinstance(match, exp.MatchRecognize):
+        raise RejectedInput(f"a pattern rule is SELECT ... FROM {SOURCE} MATCH_RECOGNIZE (...)")
+    _check_select(statement)
+
+    pattern_text = match.args.get("pattern")
+    if pattern_text is None:
+        raise RejectedInput("MATCH_RECOGNIZE needs a PATTERN")
+    pattern = parse_pattern(pattern_text.name)
+    names = variables(pattern)
+
+    partition_by = tuple(_column_path(node, "PARTITION BY") for node in match.args.get("partition_by") or [])
+    order_by = _order_by(match.args.get("order"))
+    _check_rows_per_match(match.args.get("rows"))
+    skip = _skip(match.args.get("after"))
+
+    definitions = [(_identifier(alias.args["alias"]), alias.this) for alias in match.args.get("define") or []]
+    conditions = compile_defines(names, definitions)
+    measures = _measures(match.args.get("measures") or [], names, partition_by)
+    automaton = compile_automaton(pattern, names)
+    _check_skip(skip, automaton)
+
+    return PatternSpec(
+        sql=sql,
+        partition_by=partition_by,
+        order_by=order_by,
+        measures=measures,
+        skip=skip,
+        pattern=pattern,
+        within=within,
+        defines=conditions.defines,
+        select=_select(statement, match, partition_by, measures),
+        conditions=conditions,
+        automaton=automaton,
+    )
+
+
+def _take_within(sql: str) -> tuple[str, timedelta | None]:
+    """Cut ``WITHIN <interval>`` out of the SQL; sqlglot does not know this Flink clause.
+
+    The clause sits between PATTERN's closing parenthesis and DEFINE (or the end of
+    MATCH_RECOGNIZE). It is blanked out with spaces, not removed, so the line and column
+    of everything sqlglot reports later still point into the text the user wrote.
+    """
+    try:
+        tokens = sqlglot.Dialect.get_or_raise(DIALECT).tokenize(sql)
+    except TokenError as exc:
+        raise RejectedInput(f"SQL syntax error: {exc}") from exc
+    close = _pattern_end(tokens)
+    if close is None or close + 1 >= len(tokens) or tokens[close + 1].text.upper() != "WITHIN":
+        return sql, None
+    keyword = tokens[close + 1]
+    end = close + 2
+    depth = 0
+    while end < len(tokens):
+        token = tokens[end]
+        if depth == 0 and (token.text.upper() == "DEFINE" or token.token_type == TokenType.R_PAREN):
+            break
+        depth += {TokenType.L_PAREN: 1, TokenType.R_PAREN: -1}.get(token.token_type, 0)
+        end += 1
+    where = f"line {keyword.line}, column {keyword.col - len(keyword.text) + 1}"
+    if end == close + 2:
+        raise RejectedInput(f"WITHIN needs an interval, e.g. WITHIN INTERVAL '5' MINUTE ({where})")
+    clause = sql[tokens[close + 2].start:tokens[end - 1].end + 1]
+    try:
+        node = sqlglot.parse_one(clause, read=DIALECT)
+    except (ParseError, TokenError):
+        node = None
+    if not isinstance(node, exp.Interval):
+        raise RejectedInput(f"WITHIN {clause}: expected an interval such as INTERVAL '5' MINUTE ({where})")
+    within = interval(node, f"WITHIN ({where})")
+    if within <= timedelta(0):
+        raise RejectedInput(f"WITHIN {clause}: the interval must be positive ({where})")
+    start = keyword.start
+    stop = tokens[end].start if end < len(tokens) else len(sql)
+    return sql[:start] + re.sub(r"[^\n]", " ", sql[start:stop]) + sql[stop:], within
+
+
+def _pattern_end(tokens: list[Token]) -> int | None:
+    """The index of the parenthesis closing ``PATTERN (``, if there is one."""
+    for index, token in enumerate(tokens[:-1]):
+        if token.text.upper() == "PATTERN" and tokens[index + 1].token_type == TokenType.L_PAREN:
+            depth = 0
+            for position in range(index + 1, len(tokens)):
+                kind = tokens[position].token_type
+                depth += {TokenType.L_PAREN: 1, TokenType.R_PAREN: -1}.get(kind, 0)
+                if depth == 0:
+                    return position
+            return None
+    return None
+
+
+def _parse(sql: str) -> exp.Expression:
+    try:
+        statements = sqlglot.parse(sql, read=DIALECT)
+    except ParseError as exc:
+        first = exc.errors[0] if exc.errors else {}
+        raise RejectedInput(
+            f"SQL syntax error at line {first.get('line')}, column {first.get('col')}: "
+            f"{first.get('description', exc)}"
+        ) from exc
+    except TokenError as exc:
+        raise RejectedInput(f"SQL syntax error: {exc}") from exc
+    found = [statement for statement in statements if statement is not None]
+    if len(found) != 1:
+        raise RejectedInput(f"a rule is exactly one SELECT statement, not {len(found)}")
+    statement = found[0]
+    if not isinstance(statement, exp.Select):
+        raise RejectedInput(f"a pattern rule is SELECT ... FROM {SOURCE} MATCH_RECOGNIZE (...)")
+    return statement
+
+
+def _check_select(statement: exp.Select) -> None:
+    extra = sorted(key for key, value in statement.args.items() if value and key not in _SELECT_PARTS)
+    if extra:
+        clauses = ", ".join(key.upper().rstrip("_") for key in extra)
+        raise RejectedInput(f"{clauses} is not supported in a MATCH_RECOGNIZE rule")
+    source = statement.args["from_"].this
+    if not isinstance(source, exp.Table) or source.name.lower() != SOURCE or source.args.get("db"):
+        raise RejectedInput(f"a pattern rule reads FROM {SOURCE}, not {source.sql(dialect=DIALECT)}")
+
+
+def _identifier(node: exp.Expression) -> str:
+    return node.name if node.args.get("quoted") else node.name.upper()
+
+
+def _column_path(node: exp.Expression, clause: str) -> ColumnPath:
+    parts: list[str] = []
+    while isinstance(node, exp.Dot):
+        parts.insert(0, node.expression.name)
+        node = node.this
+    if not isinstance(node, exp.Column) or isinstance(node.this, exp.Star):
+        raise RejectedInput(f"{clause}: expected a column, found {node.sql(dialect=DIALECT)}")
+    return tuple(part.name for part in node.parts) + tuple(parts)
+
+
+def _order_by(order: exp.Order | None) -> ColumnPath:
+    keys = order.expressions if order else []
+    if len(keys) != 1 or keys[0].args.get("desc"):
+        raise RejectedInput("MATCH_RECOGNIZE needs ORDER BY exactly one event-time column, ascending")
+    return _column_path(keys[0].this, "ORDER BY")
+
+
+def _check_rows_per_match(rows: exp.Expression | None) -> None:
+    if rows is not None and rows.name != "ONE ROW PER MATCH":
+        raise RejectedInput(f"{rows.name} is not supported; use ONE ROW PER MATCH")
+
+
+def _skip(after: exp.Expression | None) -> AfterMatchSkip:
+    if after is None:
+        return AfterMatchSkip()
+    words = after.name.split()[3:]  # after "AFTER MATCH SKIP"
+    phrase = " ".join(words[:2]).upper()
+    if phrase in (SkipTo.FIRST, SkipTo.LAST):
+        return AfterMatchSkip(SkipTo(phrase), words[2].upper())
+    if " ".join(words).upper() in (SkipTo.PAST_LAST_ROW, SkipTo.NEXT_ROW):
+        return AfterMatchSkip(SkipTo(" ".join(words).upper()))
+    raise RejectedInput(f"{after.name} is not supported")
+
+
+def _check_skip(skip: AfterMatchSkip, automaton: Automaton) -> None:
+    variable = skip.variable
+    if variable is None:
+        return
+    if variable not in automaton.variables:
+        raise RejectedInput(f"{skip}: {variable} does not appear in the PATTERN")
+    if automaton.may_omit(variable):
+        raise RejectedInput(
+            f"{skip}: a match may contain no {variable} row, and then there is no row to skip to"
+        )
+    at_first_row = (automaton.may_start_with(variable) if skip.to == SkipTo.FIRST
+                    else automaton.may_start_with_only(variable))
+    if at_first_row:
+        raise RejectedInput(
+            f"{skip}: that row may be the match's first row, so matching would restart where it "
+            "started and never advance"
+        )
+
+
+def _measures(nodes: list[exp.Expression], names: tuple[str, ...],
+              partition_by: tuple[ColumnPath, ...]) -> tuple[Measure, ...]:
+    taken = {path[-1] for path in partition_by}
+    measures = []
+    for node in nodes:
+        expression = node.this
+        if not isinstance(expression, exp.Alias):
+            raise RejectedInput(f"MEASURES {expression.sql(dialect=DIALECT)}: a measure needs a name (AS name)")
+        name = expression.alias
+        if name in taken:
+            raise RejectedInput(f"MEASURES {name}: the name is already taken by another output column")
+        taken.add(name)
+        measures.append(compile_measure(name, expression.this, names))
+    return tuple(measures)
+
+
+def _select(statement: exp.Select, match: exp.MatchRecognize, partition_by: tuple[ColumnPath, ...],
+            measures: tuple[Measure, ...]) -> tuple[OutputColumn, ...]:
+    available = [path[-1] for path in partition_by] + [measure.name for measure in measures]
+    alias = match.alias
+    columns = []
+    for item in statement.expressions:
+        if isinstance(item, exp.Star):
+            columns.extend(OutputColumn(name, name) for name in available)
+            continue
+        target = item.this if isinstance(item, exp.Alias) else item
+        if not isinstance(target, exp.Column) or isinstance(target.this, exp.Star) or \
+                (target.table and target.table != alias) or target.args.get("db"):
+            raise RejectedInput(
+                f"SELECT {item.sql(dialect=DIALECT)}: select the partition columns or measures "
+                f"by name ({', '.join(available)})"
+            )
+        if target.name not in available:
+            raise RejectedInput(
+                f"SELECT {item.sql(dialect=DIALECT)}: {target.name} is neither a PARTITION BY column "
+                f"nor a measure ({', '.join(available)})"
+            )
+        columns.append(OutputColumn(item.alias_or_name, target.name))
+    return tuple(columns)
+
+
+__all__ = [
+    "DIALECT",
+    "SOURCE",
+    "AfterMatchSkip",
+    "ColumnPath",
+    "OutputColumn",
+    "PatternSpec",
+    "SkipTo",
+    "parse_match_recognize",
+]
