@@ -16,6 +16,26 @@ from wayline.core.settings import Settings
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
+# Spark's own log goes to a file, so the terminal is left to Wayline's live views.
+_LOG4J2_PROPERTIES = """\
+status = warn
+appender.file.type = File
+appender.file.name = file
+appender.file.fileName = {log_file}
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = %d{{yy/MM/dd HH:mm:ss}} %p %c{{1}}: %m%n
+rootLogger.level = WARN
+rootLogger.appenderRef.file.ref = file
+"""
+
+
+def _log_config(settings: Settings) -> Path:
+    log_dir = (settings.state_dir / "logs").resolve()
+    log_dir.mkdir(parents=True, exist_ok=True)
+    config = log_dir / "log4j2-spark.properties"
+    config.write_text(_LOG4J2_PROPERTIES.format(log_file=log_dir / "spark.log"))
+    return config
+
 
 def connector_jars(jars_dir: Path) -> list[Path]:
     jars = sorted(jars_dir.glob("*.jar"))
@@ -44,6 +64,10 @@ def spark_conf(settings: Settings) -> dict[str, str]:
         # Local runs would otherwise leave a Derby metastore and a warehouse in the cwd.
         "spark.sql.warehouse.dir": str((settings.state_dir / "warehouse").resolve()),
     }
+    if settings.spark.master.startswith("local"):
+        # A local run serves nobody else: keep the driver's ports on the loopback interface.
+        conf["spark.driver.bindAddress"] = "127.0.0.1"
+        conf["spark.driver.host"] = "127.0.0.1"
     conf.update(settings.spark.extra_conf)
     return conf
 
@@ -56,6 +80,7 @@ def spark_session(settings: Settings):  # -> pyspark.sql.SparkSession (import is
     from pyspark.sql import SparkSession
 
     conf = spark_conf(settings)
+    conf.setdefault("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={_log_config(settings)}")
     running = SparkSession.getActiveSession()
     if running is not None:
         started_with = running.sparkContext.getConf().get("spark.jars", "")
@@ -68,9 +93,7 @@ def spark_session(settings: Settings):  # -> pyspark.sql.SparkSession (import is
     builder = SparkSession.builder.master(settings.spark.master)
     for key, value in conf.items():
         builder = builder.config(key, value)
-    session = builder.getOrCreate()
-    session.sparkContext.setLogLevel("WARN")
-    return session
+    return builder.getOrCreate()
 
 
 __all__ = ["ROCKSDB_PROVIDER", "connector_jars", "spark_conf", "spark_session"]
