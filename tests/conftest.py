@@ -64,3 +64,63 @@ _names = itertools.count()
 def unique() -> str:
     """A short name no other test in this session uses (topics, checkpoints, ids)."""
     return f"u{next(_names)}"
+
+
+@pytest.fixture(scope="session")
+def database(settings: Settings) -> Iterator[object]:
+    """The registry database, migrated to the newest schema."""
+    from wayline.registry.db import Database, make_engine, migrate
+
+    engine = make_engine(settings)
+    migrate(engine)
+    yield Database(engine)
+    engine.dispose()
+
+
+@pytest.fixture(scope="session")
+def admin_key(database) -> str:
+    """An admin API key, made through the registry's own service (as `wayline keys create` does)."""
+    from wayline.registry import api_key
+    from wayline.registry.access import ADMIN
+
+    with database.transaction() as session:
+        return api_key.create(session, ADMIN, api_key.ApiKeyIn(name="tests", scope="admin")).key
+
+
+@pytest.fixture(scope="session")
+def api_settings(settings: Settings) -> Settings:
+    """Settings whose URL allow-list admits the loopback receivers tests run."""
+    return settings.model_copy(update={
+        "registry": settings.registry.model_copy(update={"url_allow_list": ["127.0.0.1/32", "localhost"]}),
+    })
+
+
+@pytest.fixture(scope="session")
+def admin_api(api_settings: Settings, database) -> Iterator[str]:
+    """The admin API served by uvicorn on 127.0.0.1 for the whole session; yields its base URL."""
+    import threading
+    import time
+
+    import httpx
+    import uvicorn
+
+    from wayline.api.app import create_app
+    from wayline.stack.process import free_port
+
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(
+        create_app(api_settings, database), host="127.0.0.1", port=port, log_level="warning",
+    ))
+    thread = threading.Thread(target=server.run, name="admin-api", daemon=True)
+    thread.start()
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{base}/health").status_code == 200:
+                break
+        except httpx.TransportError:
+            time.sleep(0.1)
+    yield base
+    server.should_exit = True
+    thread.join(timeout=10)

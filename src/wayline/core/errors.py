@@ -5,6 +5,10 @@ WaylineError
 │   └── MissingJarsError   run `make jars`
 ├── StackError             the local stack (broker, database) failed to start or stop
 ├── RejectedInput          the request or definition is invalid: report it, never retry
+│   ├── Unauthorized       no API key, or not a valid one
+│   ├── Forbidden          the key's scope does not allow this
+│   ├── NotFound           no such object, or not one the caller may see
+│   └── Conflict           clashes with the current state (duplicate, reused idempotency key)
 ├── RetryLater             a transient failure: try again after a delay
 └── GiveUp                 a permanent failure: dead-letter and stop trying
 
@@ -35,6 +39,22 @@ class RejectedInput(WaylineError):
     """An input is invalid and will stay invalid: report it to whoever sent it."""
 
 
+class Unauthorized(RejectedInput):
+    """No API key was given, or it is unknown or revoked."""
+
+
+class Forbidden(RejectedInput):
+    """The caller's key does not have the scope this operation needs."""
+
+
+class NotFound(RejectedInput):
+    """No such object, or one the caller may not see (the two look the same on purpose)."""
+
+
+class Conflict(RejectedInput):
+    """The request clashes with the current state."""
+
+
 class RetryLater(WaylineError):
     """A transient failure: the same operation may succeed after a delay."""
 
@@ -45,10 +65,14 @@ class GiveUp(WaylineError):
 
 __all__ = [
     "ConfigError",
+    "Conflict",
+    "Forbidden",
     "GiveUp",
     "MissingJarsError",
+    "NotFound",
     "RejectedInput",
     "RetryLater",
     "StackError",
+    "Unauthorized",
     "WaylineError",
 ]

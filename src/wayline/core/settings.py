@@ -69,6 +69,24 @@ class EnvelopeSettings(_Section):
     max_bytes: int = Field(default=1024, gt=0, description="larger Kafka values are quarantined")
 
 
+class RegistrySettings(_Section):
+    encryption_keys: list[SecretStr] = Field(
+        default_factory=list,
+        description="Fernet keys for secrets at rest, newest first; unset: a key file in state_dir",
+    )
+    url_allow_list: list[str] = Field(
+        default_factory=list,
+        description="hosts or CIDR ranges that endpoint URLs may use although private or loopback",
+    )
+    secret_overlap_s: int = Field(default=86_400, ge=0, description="old signing secret stays valid this long")
+    max_page_size: int = 500
+
+
+class ApiSettings(_Section):
+    host: str = "127.0.0.1"
+    port: int = 8080
+
+
 class StackSettings(_Section):
     broker_jars_dir: Path = Path("jars/broker")
     broker_heap: str = "1g"
@@ -86,6 +104,8 @@ class Settings(BaseSettings):
     postgres: PostgresSettings = PostgresSettings()
     spark: SparkSettings = SparkSettings()
     envelope: EnvelopeSettings = EnvelopeSettings()
+    registry: RegistrySettings = RegistrySettings()
+    api: ApiSettings = ApiSettings()
     stack: StackSettings = StackSettings()
 
     @classmethod
@@ -146,7 +166,9 @@ class Settings(BaseSettings):
 
 
 __all__ = [
+    "ApiSettings",
     "CONFIG_FILE_ENV",
+    "RegistrySettings",
     "EnvelopeSettings",
     "KafkaSettings",
     "PostgresSettings",

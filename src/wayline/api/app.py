@@ -1,0 +1,47 @@
+"""The admin API: customers, API keys, tenants, event types, endpoints and subscriptions.
+
+Run with `wayline serve admin`; OpenAPI at `/docs`. Stateless: any number of instances
+can serve the same registry.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from fastapi import FastAPI
+
+from wayline.api import errors
+from wayline.api.routers import api_keys, catalog, customers, endpoints, subscriptions
+from wayline.core.settings import Settings
+from wayline.registry.db import Database
+from wayline.registry.endpoint import EndpointService
+from wayline.registry.secrets import SecretBox
+from wayline.registry.urls import Resolver, resolve
+
+
+def endpoint_service(settings: Settings, resolver: Resolver = resolve) -> EndpointService:
+    return EndpointService(
+        SecretBox.from_settings(settings),
+        list(settings.registry.url_allow_list),
+        timedelta(seconds=settings.registry.secret_overlap_s),
+        resolver,
+    )
+
+
+def create_app(settings: Settings, database: Database, resolver: Resolver = resolve) -> FastAPI:
+    app = FastAPI(title="Wayline admin API", version="1", description=__doc__)
+    app.state.settings = settings
+    app.state.database = database
+    app.state.endpoints = endpoint_service(settings, resolver)
+    errors.install(app)
+    for router in (customers.router, api_keys.router, catalog.router, endpoints.router, subscriptions.router):
+        app.include_router(router)
+
+    @app.get("/health", tags=["health"])
+    def health() -> dict[str, int | str]:
+        return {"status": "ok", "registry_version": database.current_version()}
+
+    return app
+
+
+__all__ = ["create_app", "endpoint_service"]

@@ -1,0 +1,59 @@
+"""What every route needs: the registry database, the settings, and who is calling."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, Query, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from wayline.core.errors import Unauthorized
+from wayline.core.settings import Settings
+from wayline.registry import api_key
+from wayline.registry.access import Caller
+from wayline.registry.db import Database
+from wayline.registry.endpoint import EndpointService
+
+_bearer = HTTPBearer(auto_error=False, description="an API key: `Authorization: Bearer wl_key_…`")
+
+
+def database(request: Request) -> Database:
+    return request.app.state.database
+
+
+def settings(request: Request) -> Settings:
+    return request.app.state.settings
+
+
+def endpoint_service(request: Request) -> EndpointService:
+    return request.app.state.endpoints
+
+
+def caller(
+    db: Annotated[Database, Depends(database)],
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> Caller:
+    if credentials is None:
+        raise Unauthorized("no API key: send `Authorization: Bearer <key>`")
+    with db.transaction() as session:
+        return api_key.authenticate(session, credentials.credentials)
+
+
+class Paging:
+    def __init__(
+        self,
+        request: Request,
+        cursor: Annotated[str | None, Query(description="from a previous page's next_cursor")] = None,
+        limit: Annotated[int, Query(ge=1, description="items per page")] = 100,
+    ) -> None:
+        self.cursor = cursor
+        self.limit = limit
+        self.max_limit = request.app.state.settings.registry.max_page_size
+
+
+DB = Annotated[Database, Depends(database)]
+CallerDep = Annotated[Caller, Depends(caller)]
+PagingDep = Annotated[Paging, Depends(Paging)]
+EndpointsDep = Annotated[EndpointService, Depends(endpoint_service)]
+
+__all__ = ["CallerDep", "DB", "EndpointsDep", "Paging", "PagingDep", "caller", "database", "endpoint_service", "settings"]

@@ -1,0 +1,28 @@
+from typing import Annotated
+
+from fastapi import APIRouter, Header
+
+from wayline.api.deps import DB, CallerDep, PagingDep
+from wayline.api.idempotency import create_once
+from wayline.registry import api_key
+from wayline.registry.access import Page
+
+router = APIRouter(prefix="/api-keys", tags=["api keys"])
+IdempotencyKey = Annotated[str | None, Header(alias="Idempotency-Key", max_length=200)]
+
+
+@router.post("", status_code=201, response_model=api_key.NewApiKey)
+def create_api_key(body: api_key.ApiKeyIn, db: DB, caller: CallerDep, idempotency_key: IdempotencyKey = None):
+    return create_once(db, caller, idempotency_key, body, lambda s: api_key.create(s, caller, body))
+
+
+@router.get("", response_model=Page[api_key.ApiKeyOut])
+def list_api_keys(db: DB, caller: CallerDep, paging: PagingDep):
+    with db.transaction() as session:
+        return api_key.list_(session, caller, paging.cursor, paging.limit, paging.max_limit)
+
+
+@router.post("/{key_id}/revoke", response_model=api_key.ApiKeyOut)
+def revoke_api_key(key_id: str, db: DB, caller: CallerDep):
+    with db.transaction() as session:
+        return api_key.revoke(session, caller, key_id)

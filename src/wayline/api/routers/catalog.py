@@ -1,0 +1,61 @@
+from typing import Annotated
+
+from fastapi import APIRouter, Body, Header, Response
+
+from wayline.api.deps import DB, CallerDep, PagingDep
+from wayline.api.idempotency import create_once
+from wayline.registry import catalog
+from wayline.registry.access import Page
+
+router = APIRouter(tags=["catalog"])
+IdempotencyKey = Annotated[str | None, Header(alias="Idempotency-Key", max_length=200)]
+
+
+@router.put("/tenants", tags=["catalog"])
+def upsert_tenants(bodies: Annotated[list[catalog.TenantIn], Body(max_length=10_000)], db: DB, caller: CallerDep):
+    """Create or replace up to 10,000 tenants at once."""
+    with db.transaction() as session:
+        return {"upserted": catalog.upsert_tenants(session, caller, bodies)}
+
+
+@router.get("/tenants", response_model=Page[catalog.TenantOut])
+def list_tenants(db: DB, caller: CallerDep, paging: PagingDep):
+    with db.transaction() as session:
+        return catalog.list_tenants(session, caller, paging.cursor, paging.limit, paging.max_limit)
+
+
+@router.get("/tenants/{tenant_id}", response_model=catalog.TenantOut)
+def get_tenant(tenant_id: str, db: DB, caller: CallerDep):
+    with db.transaction() as session:
+        return catalog.get_tenant(session, caller, tenant_id)
+
+
+@router.delete("/tenants/{tenant_id}", status_code=204)
+def delete_tenant(tenant_id: str, db: DB, caller: CallerDep) -> Response:
+    with db.transaction() as session:
+        catalog.delete_tenant(session, caller, tenant_id)
+    return Response(status_code=204)
+
+
+@router.post("/event-types", status_code=201, response_model=catalog.EventTypeOut)
+def create_event_type(body: catalog.EventTypeIn, db: DB, caller: CallerDep, idempotency_key: IdempotencyKey = None):
+    return create_once(db, caller, idempotency_key, body, lambda s: catalog.create_event_type(s, caller, body))
+
+
+@router.get("/event-types", response_model=Page[catalog.EventTypeOut])
+def list_event_types(db: DB, caller: CallerDep, paging: PagingDep):
+    with db.transaction() as session:
+        return catalog.list_event_types(session, caller, paging.cursor, paging.limit, paging.max_limit)
+
+
+@router.get("/event-types/{name}", response_model=catalog.EventTypeOut)
+def get_event_type(name: str, db: DB, caller: CallerDep):
+    with db.transaction() as session:
+        return catalog.get_event_type(session, caller, name)
+
+
+@router.delete("/event-types/{name}", status_code=204)
+def delete_event_type(name: str, db: DB, caller: CallerDep) -> Response:
+    with db.transaction() as session:
+        catalog.delete_event_type(session, caller, name)
+    return Response(status_code=204)

@@ -1,0 +1,41 @@
+from typing import Annotated
+
+from fastapi import APIRouter, Header, Query, Response
+
+from wayline.api.deps import DB, CallerDep, PagingDep
+from wayline.api.idempotency import create_once
+from wayline.registry import subscription
+from wayline.registry.access import Page
+
+router = APIRouter(prefix="/subscriptions", tags=["subscriptions"])
+IdempotencyKey = Annotated[str | None, Header(alias="Idempotency-Key", max_length=200)]
+
+
+@router.post("", status_code=201, response_model=subscription.SubscriptionOut)
+def create_subscription(body: subscription.SubscriptionIn, db: DB, caller: CallerDep, idempotency_key: IdempotencyKey = None):
+    return create_once(db, caller, idempotency_key, body, lambda s: subscription.create(s, caller, body))
+
+
+@router.get("", response_model=Page[subscription.SubscriptionOut])
+def list_subscriptions(db: DB, caller: CallerDep, paging: PagingDep, endpoint_id: Annotated[str | None, Query()] = None):
+    with db.transaction() as session:
+        return subscription.list_(session, caller, paging.cursor, paging.limit, paging.max_limit, endpoint_id)
+
+
+@router.get("/{subscription_id}", response_model=subscription.SubscriptionOut)
+def get_subscription(subscription_id: str, db: DB, caller: CallerDep):
+    with db.transaction() as session:
+        return subscription.get(session, caller, subscription_id)
+
+
+@router.patch("/{subscription_id}", response_model=subscription.SubscriptionOut)
+def update_subscription(subscription_id: str, body: subscription.SubscriptionPatch, db: DB, caller: CallerDep):
+    with db.transaction() as session:
+        return subscription.update(session, caller, subscription_id, body)
+
+
+@router.delete("/{subscription_id}", status_code=204)
+def delete_subscription(subscription_id: str, db: DB, caller: CallerDep) -> Response:
+    with db.transaction() as session:
+        subscription.delete(session, caller, subscription_id)
+    return Response(status_code=204)

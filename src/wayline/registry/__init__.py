@@ -1,0 +1,1 @@
+"""The registry: customers, endpoints, subscriptions and the snapshot the pipelines match against."""

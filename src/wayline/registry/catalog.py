@@ -1,0 +1,119 @@
+"""The catalog subscriptions refer to: tenants (with sub-tenants) and event types."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+from sqlalchemy import select
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.orm import Session
+
+from wayline.core.errors import Conflict, NotFound
+from wayline.registry.access import Caller, Page, page
+from wayline.registry.models import EventType, Tenant
+
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,199}$"
+
+
+class TenantIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    id: str = Field(pattern=NAME_PATTERN)
+    name: str = Field(default="", max_length=200)
+    subtenants: list[str] = Field(default_factory=list, max_length=10_000)
+
+
+class TenantOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+    id: str
+    name: str
+    subtenants: list[str]
+    created_at: datetime
+
+
+class EventTypeIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(pattern=NAME_PATTERN)
+    description: str = Field(default="", max_length=2000)
+    json_schema: dict[str, Any] | None = None
+
+
+class EventTypeOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+    name: str
+    description: str
+    json_schema: dict[str, Any] | None
+    created_at: datetime
+
+
+def upsert_tenants(session: Session, caller: Caller, bodies: list[TenantIn]) -> int:
+    """Create or replace tenants in bulk (the platform syncs its tenant list this way)."""
+    caller.require_admin()
+    if not bodies:
+        return 0
+    statement = insert(Tenant).values([b.model_dump() | {"subtenants": sorted(set(b.subtenants))} for b in bodies])
+    session.execute(statement.on_conflict_do_update(
+        index_elements=[Tenant.id],
+        set_={"name": statement.excluded.name, "subtenants": statement.excluded.subtenants},
+    ))
+    return len(bodies)
+
+
+def get_tenant(session: Session, caller: Caller, tenant_id: str) -> TenantOut:
+    caller.require_admin()
+    row = session.get(Tenant, tenant_id)
+    if row is None:
+        raise NotFound(f"tenant {tenant_id} not found")
+    return TenantOut.model_validate(row)
+
+
+def list_tenants(session: Session, caller: Caller, cursor: str | None, limit: int, max_limit: int) -> Page[TenantOut]:
+    caller.require_admin()
+    rows, next_cursor = page(session, select(Tenant), Tenant.id, cursor, limit, max_limit)
+    return Page[TenantOut](data=[TenantOut.model_validate(r) for r in rows], next_cursor=next_cursor)
+
+
+def delete_tenant(session: Session, caller: Caller, tenant_id: str) -> None:
+    caller.require_admin()
+    row = session.get(Tenant, tenant_id)
+    if row is None:
+        raise NotFound(f"tenant {tenant_id} not found")
+    session.delete(row)
+
+
+def create_event_type(session: Session, caller: Caller, body: EventTypeIn) -> EventTypeOut:
+    caller.require_admin()
+    if session.get(EventType, body.name) is not None:
+        raise Conflict(f"event type {body.name} exists already")
+    row = EventType(**body.model_dump())
+    session.add(row)
+    session.flush()
+    session.refresh(row)
+    return EventTypeOut.model_validate(row)
+
+
+def get_event_type(session: Session, caller: Caller, name: str) -> EventTypeOut:
+    row = session.get(EventType, name)
+    if row is None:
+        raise NotFound(f"event type {name} not found")
+    return EventTypeOut.model_validate(row)
+
+
+def list_event_types(session: Session, caller: Caller, cursor: str | None, limit: int, max_limit: int) -> Page[EventTypeOut]:
+    rows, next_cursor = page(session, select(EventType), EventType.name, cursor, limit, max_limit)
+    return Page[EventTypeOut](data=[EventTypeOut.model_validate(r) for r in rows], next_cursor=next_cursor)
+
+
+def delete_event_type(session: Session, caller: Caller, name: str) -> None:
+    caller.require_admin()
+    row = session.get(EventType, name)
+    if row is None:
+        raise NotFound(f"event type {name} not found")
+    session.delete(row)
+
+
+__all__ = [
+    "EventTypeIn", "EventTypeOut", "TenantIn", "TenantOut", "create_event_type", "delete_event_type",
+    "delete_tenant", "get_event_type", "get_tenant", "list_event_types", "list_tenants", "upsert_tenants",
+]

@@ -1,0 +1,60 @@
+"""The registry's database: engine, sessions, migrations and the version row."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from sqlalchemy import Engine, create_engine
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.orm import Session, sessionmaker
+
+from wayline.core.errors import ConfigError
+from wayline.core.settings import Settings
+from wayline.registry.snapshot import current_version
+
+MIGRATIONS = Path(__file__).with_name("migrations")
+
+
+def make_engine(settings: Settings) -> Engine:
+    dsn = settings.postgres_dsn()
+    if dsn.startswith("postgresql://"):
+        dsn = "postgresql+psycopg://" + dsn.removeprefix("postgresql://")
+    return create_engine(dsn, pool_size=5, max_overflow=10, pool_pre_ping=True)
+
+
+def migrate(engine: Engine) -> None:
+    """Bring the schema to the newest migration (a no-op when it is there already)."""
+    from alembic import command
+    from alembic.config import Config
+
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    try:
+        with engine.begin() as connection:
+            config.attributes["connection"] = connection
+            command.upgrade(config, "head")
+    except OperationalError as exc:
+        raise ConfigError(f"cannot reach PostgreSQL to migrate the registry: {exc.orig}") from exc
+
+
+class Database:
+    """Sessions for the registry: each `transaction()` commits on success, rolls back on error."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self._sessions = sessionmaker(engine, expire_on_commit=False)
+
+    @contextmanager
+    def transaction(self) -> Iterator[Session]:
+        with self._sessions.begin() as session:
+            yield session
+
+    def current_version(self) -> int:
+        """The registry version: one indexed row, cheap enough to poll every few seconds."""
+        with self._sessions() as session:
+            return current_version(session)
+
+
+__all__ = ["Database", "MIGRATIONS", "make_engine", "migrate"]

@@ -1,0 +1,134 @@
+"""The registry's tables. The pipelines never read them per event: they read a snapshot."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    ARRAY, BigInteger, Boolean, DateTime, ForeignKey, Integer, LargeBinary, String, Text, func,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+def _now() -> Mapped[datetime]:
+    return mapped_column(DateTime(timezone=True), server_default=func.now(), nullable=False)
+
+
+class RegistryVersion(Base):
+    """One row; database triggers bump it in the same transaction as any change."""
+
+    __tablename__ = "registry_version"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    version: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    updated_at: Mapped[datetime] = _now()
+
+
+class Customer(Base):
+    __tablename__ = "customers"
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    name: Mapped[str] = mapped_column(Text, nullable=False)
+    # The tenants whose events this customer may subscribe to with its own key.
+    tenants: Mapped[list[str]] = mapped_column(ARRAY(Text), nullable=False, server_default="{}")
+    created_at: Mapped[datetime] = _now()
+    updated_at: Mapped[datetime] = _now()
+
+
+class ApiKey(Base):
+    __tablename__ = "api_keys"
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    name: Mapped[str] = mapped_column(Text, nullable=False)
+    scope: Mapped[str] = mapped_column(Text, nullable=False)  # "admin" or "customer:<id>"
+    customer_id: Mapped[str | None] = mapped_column(ForeignKey("customers.id", ondelete="CASCADE"))
+    secret_hash: Mapped[str] = mapped_column(String(64), nullable=False)
+    created_at: Mapped[datetime] = _now()
+    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class Tenant(Base):
+    __tablename__ = "tenants"
+    id: Mapped[str] = mapped_column(Text, primary_key=True)
+    name: Mapped[str] = mapped_column(Text, nullable=False, server_default="")
+    subtenants: Mapped[list[str]] = mapped_column(ARRAY(Text), nullable=False, server_default="{}")
+    created_at: Mapped[datetime] = _now()
+
+
+class EventType(Base):
+    __tablename__ = "event_types"
+    name: Mapped[str] = mapped_column(Text, primary_key=True)
+    description: Mapped[str] = mapped_column(Text, nullable=False, server_default="")
+    json_schema: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    created_at: Mapped[datetime] = _now()
+
+
+class Endpoint(Base):
+    __tablename__ = "endpoints"
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    customer_id: Mapped[str] = mapped_column(ForeignKey("customers.id", ondelete="CASCADE"), index=True)
+    url: Mapped[str] = mapped_column(Text, nullable=False)
+    description: Mapped[str] = mapped_column(Text, nullable=False, server_default="")
+    auth_kind: Mapped[str] = mapped_column(String(16), nullable=False, server_default="none")
+    auth_encrypted: Mapped[bytes | None] = mapped_column(LargeBinary)  # JSON credentials, encrypted
+    timeout_ms: Mapped[int] = mapped_column(Integer, nullable=False)
+    max_in_flight: Mapped[int] = mapped_column(Integer, nullable=False)
+    rate_limit_per_s: Mapped[int | None] = mapped_column(Integer)
+    enabled: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default="true")
+    disabled_reason: Mapped[str | None] = mapped_column(Text)
+    disabled_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    created_at: Mapped[datetime] = _now()
+    updated_at: Mapped[datetime] = _now()
+
+
+class SigningSecret(Base):
+    __tablename__ = "signing_secrets"
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    endpoint_id: Mapped[str] = mapped_column(ForeignKey("endpoints.id", ondelete="CASCADE"), index=True)
+    secret_encrypted: Mapped[bytes] = mapped_column(LargeBinary, nullable=False)
+    created_at: Mapped[datetime] = _now()
+    # NULL: active; otherwise it signs until then (the overlap after a rotation).
+    expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class Subscription(Base):
+    __tablename__ = "subscriptions"
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    endpoint_id: Mapped[str] = mapped_column(ForeignKey("endpoints.id", ondelete="CASCADE"), index=True)
+    customer_id: Mapped[str] = mapped_column(ForeignKey("customers.id", ondelete="CASCADE"), index=True)
+    event_types: Mapped[list[str]] = mapped_column(ARRAY(Text), nullable=False)
+    # "all", "tenants" (tenants) or "subtenants" (subtenants: [[tenant, subtenant], ...])
+    tenant_scope: Mapped[str] = mapped_column(String(16), nullable=False)
+    tenants: Mapped[list[str]] = mapped_column(ARRAY(Text), nullable=False, server_default="{}")
+    subtenants: Mapped[list[list[str]]] = mapped_column(JSONB, nullable=False, server_default="[]")
+    filter: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    mode: Mapped[str] = mapped_column(String(16), nullable=False)  # "streaming" or "batch"
+    max_count: Mapped[int | None] = mapped_column(Integer)
+    max_wait_ms: Mapped[int | None] = mapped_column(Integer)
+    enabled: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default="true")
+    created_at: Mapped[datetime] = _now()
+    updated_at: Mapped[datetime] = _now()
+
+
+class IdempotentResponse(Base):
+    """The first answer to a create sent with an Idempotency-Key, replayed for repeats."""
+
+    __tablename__ = "idempotent_responses"
+    api_key_id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    key: Mapped[str] = mapped_column(Text, primary_key=True)
+    request_hash: Mapped[str] = mapped_column(String(64), nullable=False)
+    status_code: Mapped[int] = mapped_column(Integer, nullable=False)
+    body: Mapped[Any] = mapped_column(JSONB, nullable=False)
+    created_at: Mapped[datetime] = _now()
+
+
+# Tables whose changes alter what the pipelines deliver; each bumps the registry version.
+VERSIONED_TABLES = ("customers", "tenants", "event_types", "endpoints", "signing_secrets", "subscriptions")
+
+__all__ = [
+    "ApiKey", "Base", "Customer", "Endpoint", "EventType", "IdempotentResponse", "RegistryVersion",
+    "SigningSecret", "Subscription", "Tenant", "VERSIONED_TABLES",
+]

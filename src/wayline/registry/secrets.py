@@ -1,0 +1,93 @@
+"""Secrets: encryption at rest, Standard Webhooks signing secrets, and API keys.
+
+Endpoint credentials and signing secrets are stored encrypted with Fernet (AES-128-CBC
+plus HMAC-SHA256, from `cryptography`); several keys may be configured so the newest
+encrypts while older ones still decrypt during a key rotation. API keys are random
+tokens stored only as a SHA-256 hash: they carry 256 bits of entropy, so a fast hash
+suffices and lookups stay cheap.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import os
+import secrets as token_source
+from pathlib import Path
+
+from cryptography.fernet import Fernet, InvalidToken, MultiFernet
+
+from wayline.core.errors import ConfigError
+from wayline.core.settings import Settings
+
+SIGNING_SECRET_PREFIX = "whsec_"
+API_KEY_PREFIX = "wl"
+
+
+class SecretBox:
+    def __init__(self, keys: list[bytes]) -> None:
+        if not keys:
+            raise ConfigError("no encryption key: set WAYLINE_REGISTRY__ENCRYPTION_KEYS")
+        try:
+            self._fernet = MultiFernet([Fernet(key) for key in keys])
+        except ValueError as exc:
+            raise ConfigError(f"an encryption key is not a Fernet key ({exc}); make one with cryptography's Fernet.generate_key()") from exc
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> SecretBox:
+        configured = [key.get_secret_value().encode() for key in settings.registry.encryption_keys]
+        return cls(configured or [_local_key(settings.state_dir / "encryption.key")])
+
+    def seal(self, plaintext: bytes) -> bytes:
+        return self._fernet.encrypt(plaintext)
+
+    def open(self, sealed: bytes) -> bytes:
+        try:
+            return self._fernet.decrypt(sealed)
+        except InvalidToken as exc:
+            raise ConfigError("a stored secret does not decrypt with any configured encryption key") from exc
+
+
+def _local_key(path: Path) -> bytes:
+    """A local run's key, made once and kept beside the data it protects."""
+    if path.exists():
+        return path.read_bytes().strip()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    key = Fernet.generate_key()
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "wb") as handle:
+        handle.write(key)
+    return key
+
+
+def new_signing_secret() -> str:
+    """A Standard Webhooks secret: `whsec_` and 32 random bytes in base64."""
+    return SIGNING_SECRET_PREFIX + base64.b64encode(token_source.token_bytes(32)).decode()
+
+
+def new_api_key(key_id: str) -> str:
+    """The key shown once to its owner: `wl_<key id>_<secret>`; only a hash is stored."""
+    return f"{API_KEY_PREFIX}_{key_id}_{token_source.token_urlsafe(32)}"
+
+
+def hash_api_key(api_key: str) -> str:
+    return hashlib.sha256(api_key.encode()).hexdigest()
+
+
+def key_id_of(api_key: str) -> str | None:
+    parts = api_key.split("_")
+    # wl _ key _ <id> _ <secret…>: the id itself contains one underscore ("key_…").
+    if len(parts) < 4 or parts[0] != API_KEY_PREFIX:
+        return None
+    return f"{parts[1]}_{parts[2]}"
+
+
+def same_hash(a: str, b: str) -> bool:
+    return hmac.compare_digest(a, b)
+
+
+__all__ = [
+    "SIGNING_SECRET_PREFIX", "SecretBox", "hash_api_key", "key_id_of", "new_api_key",
+    "new_signing_secret", "same_hash",
+]

@@ -1,0 +1,153 @@
+"""The compiled registry snapshot the pipelines match events against.
+
+The pipelines never query the registry per event. They load an immutable snapshot —
+an index from event type → tenant → sub-tenant → subscriptions, each subscription's
+compiled filter and delivery settings, every endpoint's delivery settings — tagged
+with the registry version it was built from, and poll `Database.current_version()`
+between micro-batches to swap it when the registry changes.
+
+Wildcards: `*` as tenant matches every tenant (scope `all`); `*` as sub-tenant matches
+every sub-tenant of the tenant, and events without one (scope `tenants`).
+Only enabled subscriptions of enabled endpoints are in the snapshot.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+import orjson
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from wayline.registry.endpoint import EndpointService
+from wayline.registry.filter import Filter, parse_filter
+from wayline.registry.models import Endpoint, RegistryVersion, Subscription
+
+ANY = "*"
+
+
+@dataclass(frozen=True)
+class EndpointTarget:
+    id: str
+    customer_id: str
+    url: str
+    auth: Any  # one of wayline.registry.endpoint's auth models, credentials decrypted
+    timeout_ms: int
+    max_in_flight: int
+    rate_limit_per_s: int | None
+    secrets: tuple[str, ...]  # every secret that signs now, newest first
+
+
+@dataclass(frozen=True)
+class CompiledSubscription:
+    id: str
+    endpoint_id: str
+    customer_id: str
+    mode: str
+    max_count: int | None
+    max_wait_ms: int | None
+    filter: Filter | None
+    filter_id: int | None  # equal filters share an id, so the pipeline evaluates each once
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    version: int
+    built_at: datetime
+    subscriptions: Mapping[str, CompiledSubscription]
+    endpoints: Mapping[str, EndpointTarget]
+    index: Mapping[str, Mapping[str, Mapping[str, tuple[str, ...]]]]
+    filters: Mapping[int, Filter] = field(default_factory=dict)
+
+    def match(self, event_type: str, tenant: str, subtenant: str | None) -> tuple[str, ...]:
+        """Ids of the subscriptions whose scope covers this event (before content filters)."""
+        by_tenant = self.index.get(event_type)
+        if not by_tenant:
+            return ()
+        found: list[str] = []
+        for tenant_key in (tenant, ANY):
+            by_subtenant = by_tenant.get(tenant_key)
+            if by_subtenant:
+                found += by_subtenant.get(ANY, ())
+                if subtenant is not None:
+                    found += by_subtenant.get(subtenant, ())
+        return tuple(sorted(set(found)))
+
+    def match_keys(self) -> Iterator[tuple[str, str, str, str, int | None]]:
+        """(event type, tenant key, sub-tenant key, subscription id, filter id) rows: the
+        lookup table a pipeline broadcasts and equi-joins events against."""
+        for event_type, by_tenant in self.index.items():
+            for tenant_key, by_subtenant in by_tenant.items():
+                for subtenant_key, ids in by_subtenant.items():
+                    for subscription_id in ids:
+                        yield (event_type, tenant_key, subtenant_key, subscription_id,
+                               self.subscriptions[subscription_id].filter_id)
+
+
+def current_version(session: Session) -> int:
+    return int(session.scalar(select(RegistryVersion.version).where(RegistryVersion.id == 1)) or 0)
+
+
+def load_snapshot(session: Session, endpoints: EndpointService) -> Snapshot:
+    """Read the registry in one REPEATABLE READ transaction, so rows and version agree."""
+    session.connection(execution_options={"isolation_level": "REPEATABLE READ"})
+    version = current_version(session)
+    now = datetime.now(timezone.utc)
+
+    secrets: dict[str, list[str]] = defaultdict(list)
+    for row in endpoints.active_secret_rows(session, None, now):
+        secrets[row.endpoint_id].append(endpoints.open_secret(row))
+    targets = {
+        row.id: EndpointTarget(
+            id=row.id, customer_id=row.customer_id, url=row.url, auth=endpoints.auth_of(row),
+            timeout_ms=row.timeout_ms, max_in_flight=row.max_in_flight,
+            rate_limit_per_s=row.rate_limit_per_s, secrets=tuple(secrets[row.id]),
+        )
+        for row in session.scalars(select(Endpoint).where(Endpoint.enabled.is_(True)))
+    }
+
+    filter_ids: dict[bytes, int] = {}
+    filters: dict[int, Filter] = {}
+    subscriptions: dict[str, CompiledSubscription] = {}
+    index: dict[str, dict[str, dict[str, list[str]]]] = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
+    columns = (Subscription.id, Subscription.endpoint_id, Subscription.customer_id, Subscription.event_types,
+               Subscription.tenant_scope, Subscription.tenants, Subscription.subtenants, Subscription.filter,
+               Subscription.mode, Subscription.max_count, Subscription.max_wait_ms)
+    for (sub_id, endpoint_id, customer_id, event_types, scope, tenants, subtenants, raw_filter,
+         mode, max_count, max_wait_ms) in session.execute(select(*columns).where(Subscription.enabled.is_(True))):
+        if endpoint_id not in targets:
+            continue
+        filter_id = None
+        if raw_filter is not None:
+            canonical = orjson.dumps(raw_filter, option=orjson.OPT_SORT_KEYS)
+            filter_id = filter_ids.get(canonical)
+            if filter_id is None:
+                filter_id = filter_ids[canonical] = len(filter_ids) + 1
+                filters[filter_id] = parse_filter(raw_filter)
+        subscriptions[sub_id] = CompiledSubscription(
+            id=sub_id, endpoint_id=endpoint_id, customer_id=customer_id, mode=mode, max_count=max_count,
+            max_wait_ms=max_wait_ms, filter=filters[filter_id] if filter_id else None, filter_id=filter_id,
+        )
+        if scope == "all":
+            pairs: list[tuple[str, str]] = [(ANY, ANY)]
+        elif scope == "tenants":
+            pairs = [(tenant, ANY) for tenant in tenants]
+        else:
+            pairs = [(tenant, subtenant) for tenant, subtenant in subtenants]
+        for event_type in event_types:
+            for tenant_key, subtenant_key in pairs:
+                index[event_type][tenant_key][subtenant_key].append(sub_id)
+
+    frozen_index = {
+        event_type: {tenant: {sub: tuple(ids) for sub, ids in by_sub.items()} for tenant, by_sub in by_tenant.items()}
+        for event_type, by_tenant in index.items()
+    }
+    return Snapshot(version=version, built_at=now, subscriptions=subscriptions, endpoints=targets,
+                    index=frozen_index, filters=filters)
+
+
+__all__ = ["ANY", "CompiledSubscription", "EndpointTarget", "Snapshot", "current_version", "load_snapshot"]
