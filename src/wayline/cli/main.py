@@ -1,4 +1,5 @@
-"""The `wayline` command: the local stack, the load generator and the pipelines."""
+"""The `wayline` command: the local stack, the load generator, the registry, the services
+and the pipelines."""
 
 from __future__ import annotations
 
@@ -8,70 +9,73 @@ from collections.abc import Callable
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from wayline.cli.output import console, guarded
+from wayline.cli.registry import APPS
 from wayline.core.errors import WaylineError
 from wayline.core.kafka import ensure_topics
 from wayline.core.settings import Settings
-from wayline.stack import local, loadgen
+from wayline.stack import loadgen, local
 
 app = typer.Typer(no_args_is_help=True, help="Wayline: event streaming on Apache Spark.")
 run_app = typer.Typer(no_args_is_help=True, help="Run a pipeline.")
+serve_app = typer.Typer(no_args_is_help=True, help="Run an HTTP service.")
 app.add_typer(run_app, name="run")
-console = Console()
+app.add_typer(serve_app, name="serve")
+for _name, _sub_app in APPS.items():
+    app.add_typer(_sub_app, name=_name)
 
 
-def _guarded(command: Callable[[], None]) -> None:
-    """Show Wayline's errors as one readable line instead of a traceback."""
-    try:
-        command()
-    except WaylineError as exc:
-        console.print(f"[bold red]error:[/] {exc}")
-        raise typer.Exit(1) from exc
+def _start_stack(settings: Settings) -> local.StackState:
+    """The stack, with the registry schema migrated: what every other command expects."""
+    from wayline.registry.db import make_engine, migrate
+
+    with console.status("starting Kafka and PostgreSQL…"):
+        state = local.up(settings)
+        engine = make_engine(settings)
+        try:
+            migrate(engine)
+        finally:
+            engine.dispose()
+    return state
 
 
 @app.command()
+@guarded
 def up() -> None:
-    """Start the local Kafka broker and PostgreSQL, and create Wayline's topics."""
+    """Start the local Kafka broker and PostgreSQL, create topics, migrate the registry."""
+    from wayline.cli.views import stack_table
 
-    def start() -> None:
-        from wayline.cli.views import stack_table
-
-        with console.status("starting Kafka and PostgreSQL…"):
-            state = local.up(Settings())
-        console.print(stack_table(state))
-
-    _guarded(start)
+    console.print(stack_table(_start_stack(Settings())))
 
 
 @app.command()
+@guarded
 def down() -> None:
     """Stop the local stack started by `wayline up`."""
-    _guarded(lambda: local.down(Settings()))
+    local.down(Settings())
     console.print("stack stopped")
 
 
 @app.command()
+@guarded
 def status() -> None:
     """Show the local stack's addresses and whether its processes run."""
+    from wayline.cli.views import stack_table
 
-    def show() -> None:
-        from wayline.cli.views import stack_table
-
-        state = local.read_state(Settings())
-        if state is None:
-            console.print("no local stack: run `wayline up`")
-            raise typer.Exit(1)
-        console.print(stack_table(state))
-        if not all(state.alive.values()):
-            raise typer.Exit(1)
-
-    _guarded(show)
+    state = local.read_state(Settings())
+    if state is None:
+        console.print("no local stack: run `wayline up`")
+        raise typer.Exit(1)
+    console.print(stack_table(state))
+    if not all(state.alive.values()):
+        raise typer.Exit(1)
 
 
 @app.command()
+@guarded
 def produce(
     rate: Annotated[float, typer.Option(help="events per second; 0 means as fast as possible")] = 5000,
     count: Annotated[int, typer.Option(help="how many events to send")] = 100_000,
@@ -80,25 +84,20 @@ def produce(
     seed: Annotated[int, typer.Option(help="random seed, for reproducible streams")] = 7,
 ) -> None:
     """Send realistic CloudEvents over 500 event types and 30,000 tenants."""
-
-    def send() -> None:
-        settings = Settings()
-        bootstrap = settings.kafka_bootstrap()
-        ensure_topics(bootstrap, loadgen.topics(settings.kafka.event_topic_prefix), settings.kafka.topic_partitions)
-        factory = loadgen.EventFactory(
-            seed=seed, tenants=tenants, topic_prefix=settings.kafka.event_topic_prefix, bad_fraction=bad_fraction
+    settings = Settings()
+    bootstrap = settings.kafka_bootstrap()
+    ensure_topics(bootstrap, loadgen.topics(settings.kafka.event_topic_prefix), settings.kafka.topic_partitions)
+    factory = loadgen.EventFactory(
+        seed=seed, tenants=tenants, topic_prefix=settings.kafka.event_topic_prefix, bad_fraction=bad_fraction
+    )
+    with Progress(
+        TextColumn("producing"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
+    ) as progress:
+        task = progress.add_task("produce", total=count)
+        summary = loadgen.produce(
+            bootstrap, factory.records(count), rate=rate or None, on_progress=lambda n: progress.advance(task, n),
         )
-        with Progress(
-            TextColumn("producing"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
-        ) as progress:
-            task = progress.add_task("produce", total=count)
-            summary = loadgen.produce(
-                bootstrap, factory.records(count), rate=rate or None,
-                on_progress=lambda n: progress.advance(task, n),
-            )
-        console.print(f"sent {summary.sent:,} events in {summary.seconds:.1f} s: {summary.rate:,.0f} events/s")
-
-    _guarded(send)
+    console.print(f"sent {summary.sent:,} events in {summary.seconds:.1f} s: {summary.rate:,.0f} events/s")
 
 
 def _watch_inspect(settings: Settings, stop_when: Callable[[], bool] = lambda: False) -> None:
@@ -130,49 +129,62 @@ def _watch_inspect(settings: Settings, stop_when: Callable[[], bool] = lambda: F
 
 
 @run_app.command("inspect")
+@guarded
 def run_inspect() -> None:
     """Read every event topic, quarantine bad records, and show live counts per type."""
-    _guarded(lambda: _watch_inspect(Settings()))
+    _watch_inspect(Settings())
+
+
+@serve_app.command("admin")
+@guarded
+def serve_admin(
+    host: Annotated[str | None, typer.Option(help="default: api.host from the settings")] = None,
+    port: Annotated[int | None, typer.Option(help="default: api.port from the settings")] = None,
+) -> None:
+    """Serve the admin API (OpenAPI at /docs). Stateless: run as many as you like."""
+    import uvicorn
+
+    from wayline.api.app import create_app
+    from wayline.registry.db import Database, make_engine
+
+    settings = Settings()
+    uvicorn.run(create_app(settings, Database(make_engine(settings))),
+                host=host or settings.api.host, port=port or settings.api.port)
 
 
 @app.command()
+@guarded
 def demo(
     rate: Annotated[float, typer.Option(help="events per second to produce")] = 2000,
     bad_fraction: Annotated[float, typer.Option(help="share of broken records")] = 0.01,
 ) -> None:
     """Start the stack, produce a stream, and watch it flow through Spark. Ctrl-C stops all."""
+    settings = Settings()
+    state = _start_stack(settings)
+    console.print(f"Kafka at {state.kafka_bootstrap}, PostgreSQL at {state.postgres_dsn}")
+    ensure_topics(state.kafka_bootstrap, loadgen.topics(settings.kafka.event_topic_prefix), settings.kafka.topic_partitions)
+    stop = threading.Event()
+    failures: list[BaseException] = []
 
-    def run() -> None:
-        settings = Settings()
-        with console.status("starting Kafka and PostgreSQL…"):
-            state = local.up(settings)
-        console.print(f"Kafka at {state.kafka_bootstrap}, PostgreSQL at {state.postgres_dsn}")
-        ensure_topics(state.kafka_bootstrap, loadgen.topics(settings.kafka.event_topic_prefix),
-                      settings.kafka.topic_partitions)
-        stop = threading.Event()
-        failures: list[BaseException] = []
-
-        def feed() -> None:
-            factory = loadgen.EventFactory(topic_prefix=settings.kafka.event_topic_prefix, bad_fraction=bad_fraction)
-            try:
-                loadgen.produce(state.kafka_bootstrap, factory.records(), rate=rate, should_stop=stop.is_set)
-            except BaseException as exc:  # surfaced in the main thread below
-                failures.append(exc)
-
-        producer = threading.Thread(target=feed, name="wayline-demo-producer", daemon=True)
-        producer.start()
+    def feed() -> None:
+        factory = loadgen.EventFactory(topic_prefix=settings.kafka.event_topic_prefix, bad_fraction=bad_fraction)
         try:
-            _watch_inspect(settings, stop_when=lambda: bool(failures))
-        finally:
-            stop.set()
-            producer.join(timeout=70)
-            with console.status("stopping the stack…"):
-                local.down(settings)
-        if failures:
-            raise WaylineError(f"the demo producer failed: {failures[0]}")
-        console.print("demo stopped; the stack is down")
+            loadgen.produce(state.kafka_bootstrap, factory.records(), rate=rate, should_stop=stop.is_set)
+        except BaseException as exc:  # surfaced in the main thread below
+            failures.append(exc)
 
-    _guarded(run)
+    producer = threading.Thread(target=feed, name="wayline-demo-producer", daemon=True)
+    producer.start()
+    try:
+        _watch_inspect(settings, stop_when=lambda: bool(failures))
+    finally:
+        stop.set()
+        producer.join(timeout=70)
+        with console.status("stopping the stack…"):
+            local.down(settings)
+    if failures:
+        raise WaylineError(f"the demo producer failed: {failures[0]}")
+    console.print("demo stopped; the stack is down")
 
 
 __all__ = ["app"]

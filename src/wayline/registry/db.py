@@ -7,10 +7,10 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from sqlalchemy import Engine, create_engine
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import OperationalError, ProgrammingError
 from sqlalchemy.orm import Session, sessionmaker
 
-from wayline.core.errors import ConfigError
+from wayline.core.errors import ConfigError, RetryLater
 from wayline.core.settings import Settings
 from wayline.registry.snapshot import current_version
 
@@ -48,8 +48,15 @@ class Database:
 
     @contextmanager
     def transaction(self) -> Iterator[Session]:
-        with self._sessions.begin() as session:
-            yield session
+        try:
+            with self._sessions.begin() as session:
+                yield session
+        except OperationalError as exc:
+            raise RetryLater(f"the registry database is unreachable: {exc.orig}") from exc
+        except ProgrammingError as exc:
+            if getattr(exc.orig, "sqlstate", None) == "42P01":  # undefined table
+                raise ConfigError("the registry schema is missing: run `wayline up` (it migrates)") from exc
+            raise
 
     def current_version(self) -> int:
         """The registry version: one indexed row, cheap enough to poll every few seconds."""
