@@ -97,10 +97,11 @@ def start_broker(settings: Settings) -> RunningBroker:
     java, classpath = _java(), _classpath(settings)
 
     if not (data_dir / "meta.properties").exists():
+        # `=` form: an id may start with "-", which a separate argument would turn into an option.
         cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         formatted = subprocess.run(
             [java, "-cp", classpath, f"-Dlog4j2.configurationFile={log4j}",
-             "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(properties)],
+             "kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}", "--config", str(properties)],
             capture_output=True, text=True, timeout=120,
         )
         if formatted.returncode != 0:
