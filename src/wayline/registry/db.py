@@ -6,7 +6,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from sqlalchemy import Engine, create_engine
+from typing import Any
+
+import orjson
+from psycopg.types.json import set_json_loads
+from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.exc import OperationalError, ProgrammingError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -21,7 +25,15 @@ def make_engine(settings: Settings) -> Engine:
     dsn = settings.postgres_dsn()
     if dsn.startswith("postgresql://"):
         dsn = "postgresql+psycopg://" + dsn.removeprefix("postgresql://")
-    return create_engine(dsn, pool_size=5, max_overflow=10, pool_pre_ping=True)
+    engine = create_engine(dsn, pool_size=5, max_overflow=10, pool_pre_ping=True)
+
+    @event.listens_for(engine, "connect")
+    def _fast_json(dbapi_connection: Any, _record: Any) -> None:
+        # JSONB columns (filters, sub-tenant pairs) decode 5x faster with orjson; the
+        # snapshot reads 50,000 of them.
+        set_json_loads(orjson.loads, dbapi_connection)
+
+    return engine
 
 
 def migrate(engine: Engine) -> None:

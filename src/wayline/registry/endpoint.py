@@ -15,7 +15,8 @@ from wayline.core.errors import NotFound, RejectedInput
 from wayline.registry.access import Caller, Page, owned, page, scoped
 from wayline.registry.ids import new_id
 from wayline.registry.models import Customer, Endpoint, SigningSecret
-from wayline.registry.secrets import SIGNING_SECRET_PREFIX, SecretBox, new_signing_secret
+from wayline.delivery.signing import Secret
+from wayline.registry.secrets import SecretBox
 from wayline.registry.urls import Resolver, check_endpoint_url, resolve
 
 
@@ -54,9 +55,16 @@ _AUTH = TypeAdapter(EndpointAuth)
 
 
 def _validate_secret(value: str | None) -> str | None:
-    if value is not None and not value.startswith(SIGNING_SECRET_PREFIX):
-        raise ValueError(f"a signing secret starts with {SIGNING_SECRET_PREFIX}")
+    if value is not None:
+        try:
+            Secret.parse(value)
+        except RejectedInput as exc:
+            raise ValueError(str(exc)) from exc
     return value
+
+
+def _new_secret() -> str:
+    return Secret.generate().text
 
 
 class EndpointIn(BaseModel):
@@ -166,7 +174,7 @@ class EndpointService:
         session.flush()
         session.add(SigningSecret(
             id=new_id("secret"), endpoint_id=row.id,
-            secret_encrypted=self._box.seal((body.secret or new_signing_secret()).encode()),
+            secret_encrypted=self._box.seal((body.secret or _new_secret()).encode()),
         ))
         session.flush()
         session.refresh(row)
@@ -228,7 +236,7 @@ class EndpointService:
                 row.expires_at = now + self._overlap
         session.add(SigningSecret(
             id=new_id("secret"), endpoint_id=endpoint_id,
-            secret_encrypted=self._box.seal((body.secret or new_signing_secret()).encode()),
+            secret_encrypted=self._box.seal((body.secret or _new_secret()).encode()),
         ))
         session.flush()
         return self.secrets(session, caller, endpoint_id, now)

@@ -40,8 +40,9 @@ all of which must hold: ``{"data.amount": {"$gt": 0, "$lte": 100}}``.
 ``$eq v`` / ``$neq v``
     Equal / not equal. ``$neq`` is exactly "not ``$eq``".
 ``$gt $gte $lt $lte v``
-    Order: numbers by value, strings by Unicode code point (so ISO 8601 texts order by
-    time), ``time`` by instant. ``v`` is a number or a string (a timestamp for ``time``).
+    Order: numbers by value, strings by Unicode code point (so dates written alike, such
+    as ``"2025-01-31"``, order by time), ``time`` by instant. ``v`` is a number or a
+    string (a timestamp for ``time``).
 ``$in [v, ...]`` / ``$nin [v, ...]``
     Equal to one of the values / to none of them (at most 500 values).
 ``$prefix s`` / ``$suffix s``
@@ -59,7 +60,8 @@ Types
 Values are JSON scalars: strings, numbers, ``true``/``false`` and ``null``; an object or
 array cannot be compared whole (compare its members by path). Comparisons never convert:
 ``5`` is not ``"5"`` and ``true`` is not ``1``; a field holding another type than the
-value does not match (so ``$neq`` and ``$nin`` do match it). Numbers compare as 64-bit
+value does not match (so ``$neq`` and ``$nin`` do match it). Strings compare exactly:
+case-sensitive, without Unicode normalisation. Numbers compare as 64-bit
 floats, as in JavaScript: integers beyond ±2^53 are rounded, so compare long numeric ids
 as strings. Booleans and ``null`` cannot be ordered. The envelope's string fields take
 only strings (or ``null``), and ``time`` only timestamps (or ``null``).
@@ -81,8 +83,8 @@ Spark and Python agree on every event.
 
 Limits
 ------
-At most 8 nested filter objects, 100 operators (``$and``/``$or``/``$not`` and bare values
-count as one each), 500 values in one ``$in``/``$nin``, strings of 1,000 characters, and
+At most 8 nested filter objects, 100 operators (each operator and each bare value counts
+once), 500 values in one ``$in``/``$nin``, strings of 1,000 characters, and
 paths of 256 characters or 32 steps. An invalid filter raises `RejectedInput` naming the
 place and the problem, e.g. ``$or[1].data.currency: unknown operator "$inn"``.
 """
@@ -232,7 +234,8 @@ class _Parser:
                 self.count(at)
                 items.append(Not(self.filter(spec, at, depth + 1)))
             elif key in _FIELD_OPS:
-                raise _rejected(where, f'operator {_quote(key)} needs a field: {{"data.status": {{{_quote(key)}: ...}}}}')
+                example = f'{{"data.status": {{{_quote(key)}: ...}}}}'
+                raise _rejected(where, f"operator {_quote(key)} needs a field: {example}")
             elif key.startswith("$"):
                 raise _rejected(where, f"unknown operator {_quote(key)}")
             else:
@@ -423,7 +426,12 @@ _MISSING: Any = object()
 
 
 def evaluate(filter: Filter, envelope: Mapping[str, Any]) -> bool:
-    """Whether the event matches: `envelope` has the envelope's keys, `data` decoded from JSON."""
+    """Whether the event matches.
+
+    `envelope` has the envelope's keys: strings, `time` a timezone-aware datetime (a naive
+    one is read as UTC, as the envelope parser does), `data` the decoded JSON; None or an
+    absent key means the attribute is missing.
+    """
     match filter:
         case And(items):
             return all(evaluate(item, envelope) for item in items)
@@ -499,12 +507,12 @@ def _comparable(actual: Any) -> Any:
 
 
 def to_column(filter: Filter) -> Column:
-    """A boolean Column over the envelope columns (`data` a VARIANT); never NULL."""
+    """A boolean Column over the envelope's columns (by name; `data` a VARIANT), never NULL."""
     match filter:
         case And(items):
-            return reduce(operator.and_, map(to_column, items)) if items else F.lit(True)
+            return reduce(operator.and_, map(to_column, items), F.lit(True))
         case Or(items):
-            return reduce(operator.or_, map(to_column, items))
+            return reduce(operator.or_, map(to_column, items), F.lit(False))
         case Not(item):
             return ~to_column(item)
     # SQL's NULL (unknown) would make NOT and OR disagree with Python: pin each condition to false.
@@ -524,7 +532,7 @@ def _condition(filter: Filter) -> Column:
             tests = [_absent(path)] if any(v.kind == "null" for v in values) else []
             kinds = sorted({v.kind for v in values if v.kind != "null"})
             tests += [_typed(path, kind).isin([v.raw for v in values if v.kind == kind]) for kind in kinds]
-            return reduce(operator.or_, tests) if tests else F.lit(False)
+            return reduce(operator.or_, tests, F.lit(False))
         case Affix(path, "$prefix", text):
             return _typed(path, "string").startswith(text)
         case Affix(path, _, text):
@@ -550,15 +558,15 @@ def _typed(path: Path, kind: Kind) -> Column:
     if path.field != DATA_FIELD:
         return found  # the parser only lets an envelope column meet values of its own type
     if kind == "string":
-        # Of all JSON values only a string casts to binary (a number or boolean would cast
-        # to its text, an object to its JSON), so this is the string and nothing else.
+        # A cast to string would also take numbers, booleans and objects (as their text);
+        # only a JSON string casts to binary, so this is the string and nothing else.
         return F.try_variant_get(found, "$", "binary").cast("string")
     value = F.try_variant_get(found, "$", "double" if kind == "number" else "boolean")
     # Variant casts convert ("5" -> 5.0, 1 -> true), so the JSON type is checked too. The
     # cast succeeds only on scalars, and testing it first keeps schema_of_variant from
     # describing whole objects.
     schema = F.schema_of_variant(found)
-    same_type = ~schema.isin("STRING", "BOOLEAN") if kind == "number" else schema == F.lit("BOOLEAN")
+    same_type = ~schema.isin("STRING", "BOOLEAN") if kind == "number" else schema == "BOOLEAN"
     return F.when(value.isNotNull() & same_type, value)
 
 

@@ -1,6 +1,6 @@
 """Secrets: encryption at rest, Standard Webhooks signing secrets, and API keys.
 
-Endpoint credentials and signing secrets are stored encrypted with Fernet (AES-128-CBC
+Endpoint credentials and signing secrets (`wayline.delivery.signing.Secret`) are stored encrypted with Fernet (AES-128-CBC
 plus HMAC-SHA256, from `cryptography`); several keys may be configured so the newest
 encrypts while older ones still decrypt during a key rotation. API keys are random
 tokens stored only as a SHA-256 hash: they carry 256 bits of entropy, so a fast hash
@@ -9,7 +9,6 @@ suffices and lookups stay cheap.
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import hmac
 import os
@@ -21,7 +20,6 @@ from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 from wayline.core.errors import ConfigError
 from wayline.core.settings import Settings
 
-SIGNING_SECRET_PREFIX = "whsec_"
 API_KEY_PREFIX = "wl"
 
 
@@ -61,11 +59,6 @@ def _local_key(path: Path) -> bytes:
     return key
 
 
-def new_signing_secret() -> str:
-    """A Standard Webhooks secret: `whsec_` and 32 random bytes in base64."""
-    return SIGNING_SECRET_PREFIX + base64.b64encode(token_source.token_bytes(32)).decode()
-
-
 def new_api_key(key_id: str) -> str:
     """The key shown once to its owner: `wl_<key id>_<secret>`; only a hash is stored."""
     return f"{API_KEY_PREFIX}_{key_id}_{token_source.token_urlsafe(32)}"
@@ -87,7 +80,4 @@ def same_hash(a: str, b: str) -> bool:
     return hmac.compare_digest(a, b)
 
 
-__all__ = [
-    "SIGNING_SECRET_PREFIX", "SecretBox", "hash_api_key", "key_id_of", "new_api_key",
-    "new_signing_secret", "same_hash",
-]
+__all__ = ["SecretBox", "hash_api_key", "key_id_of", "new_api_key", "same_hash"]

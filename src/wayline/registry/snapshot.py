@@ -54,38 +54,38 @@ class CompiledSubscription:
     filter_id: int | None  # equal filters share an id, so the pipeline evaluates each once
 
 
+MatchKey = tuple[str, str, str]  # (event type, tenant or ANY, sub-tenant or ANY)
+
+
 @dataclass(frozen=True)
 class Snapshot:
     version: int
     built_at: datetime
     subscriptions: Mapping[str, CompiledSubscription]
     endpoints: Mapping[str, EndpointTarget]
-    index: Mapping[str, Mapping[str, Mapping[str, tuple[str, ...]]]]
+    index: Mapping[MatchKey, tuple[str, ...]]
     filters: Mapping[int, Filter] = field(default_factory=dict)
+
+    @staticmethod
+    def lookup_keys(event_type: str, tenant: str, subtenant: str | None) -> tuple[MatchKey, ...]:
+        """The keys an event is looked up under; the Spark join uses the same three."""
+        wider = ((event_type, tenant, ANY), (event_type, ANY, ANY))
+        return ((event_type, tenant, subtenant), *wider) if subtenant is not None else wider
 
     def match(self, event_type: str, tenant: str, subtenant: str | None) -> tuple[str, ...]:
         """Ids of the subscriptions whose scope covers this event (before content filters)."""
-        by_tenant = self.index.get(event_type)
-        if not by_tenant:
-            return ()
         found: list[str] = []
-        for tenant_key in (tenant, ANY):
-            by_subtenant = by_tenant.get(tenant_key)
-            if by_subtenant:
-                found += by_subtenant.get(ANY, ())
-                if subtenant is not None:
-                    found += by_subtenant.get(subtenant, ())
+        for key in self.lookup_keys(event_type, tenant, subtenant):
+            found += self.index.get(key, ())
         return tuple(sorted(set(found)))
 
     def match_keys(self) -> Iterator[tuple[str, str, str, str, int | None]]:
         """(event type, tenant key, sub-tenant key, subscription id, filter id) rows: the
         lookup table a pipeline broadcasts and equi-joins events against."""
-        for event_type, by_tenant in self.index.items():
-            for tenant_key, by_subtenant in by_tenant.items():
-                for subtenant_key, ids in by_subtenant.items():
-                    for subscription_id in ids:
-                        yield (event_type, tenant_key, subtenant_key, subscription_id,
-                               self.subscriptions[subscription_id].filter_id)
+        for (event_type, tenant_key, subtenant_key), ids in self.index.items():
+            for subscription_id in ids:
+                yield (event_type, tenant_key, subtenant_key, subscription_id,
+                       self.subscriptions[subscription_id].filter_id)
 
 
 def current_version(session: Session) -> int:
@@ -113,7 +113,7 @@ def load_snapshot(session: Session, endpoints: EndpointService) -> Snapshot:
     filter_ids: dict[bytes, int] = {}
     filters: dict[int, Filter] = {}
     subscriptions: dict[str, CompiledSubscription] = {}
-    index: dict[str, dict[str, dict[str, list[str]]]] = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
+    index: dict[MatchKey, list[str]] = {}
     columns = (Subscription.id, Subscription.endpoint_id, Subscription.customer_id, Subscription.event_types,
                Subscription.tenant_scope, Subscription.tenants, Subscription.subtenants, Subscription.filter,
                Subscription.mode, Subscription.max_count, Subscription.max_wait_ms)
@@ -140,14 +140,10 @@ def load_snapshot(session: Session, endpoints: EndpointService) -> Snapshot:
             pairs = [(tenant, subtenant) for tenant, subtenant in subtenants]
         for event_type in event_types:
             for tenant_key, subtenant_key in pairs:
-                index[event_type][tenant_key][subtenant_key].append(sub_id)
+                index.setdefault((event_type, tenant_key, subtenant_key), []).append(sub_id)
 
-    frozen_index = {
-        event_type: {tenant: {sub: tuple(ids) for sub, ids in by_sub.items()} for tenant, by_sub in by_tenant.items()}
-        for event_type, by_tenant in index.items()
-    }
     return Snapshot(version=version, built_at=now, subscriptions=subscriptions, endpoints=targets,
-                    index=frozen_index, filters=filters)
+                    index={key: tuple(ids) for key, ids in index.items()}, filters=filters)
 
 
-__all__ = ["ANY", "CompiledSubscription", "EndpointTarget", "Snapshot", "current_version", "load_snapshot"]
+__all__ = ["ANY", "CompiledSubscription", "EndpointTarget", "MatchKey", "Snapshot", "current_version", "load_snapshot"]

@@ -26,3 +26,5 @@ def list_api_keys(db: DB, caller: CallerDep, paging: PagingDep):
 def revoke_api_key(key_id: str, db: DB, caller: CallerDep):
     with db.transaction() as session:
         return api_key.revoke(session, caller, key_id)
+
+__all__ = ["router"]

@@ -59,3 +59,5 @@ def delete_event_type(name: str, db: DB, caller: CallerDep) -> Response:
     with db.transaction() as session:
         catalog.delete_event_type(session, caller, name)
     return Response(status_code=204)
+
+__all__ = ["router"]

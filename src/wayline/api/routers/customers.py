@@ -39,3 +39,5 @@ def delete_customer(customer_id: str, db: DB, caller: CallerDep) -> Response:
     with db.transaction() as session:
         customer.delete(session, caller, customer_id)
     return Response(status_code=204)
+
+__all__ = ["router"]

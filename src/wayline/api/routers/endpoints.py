@@ -53,3 +53,5 @@ def rotate_signing_secret(endpoint_id: str, body: RotateIn, db: DB, caller: Call
     """Sign with a new secret from now on; the previous ones keep signing for the overlap period."""
     with db.transaction() as session:
         return service.rotate(session, caller, endpoint_id, body)
+
+__all__ = ["router"]

@@ -39,3 +39,5 @@ def delete_subscription(subscription_id: str, db: DB, caller: CallerDep) -> Resp
     with db.transaction() as session:
         subscription.delete(session, caller, subscription_id)
     return Response(status_code=204)
+
+__all__ = ["router"]

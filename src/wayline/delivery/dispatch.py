@@ -1,0 +1,144 @@
+"""Sending a group of requests under one deadline, without one endpoint holding up the rest.
+
+:meth:`Dispatcher.deliver_all` starts every request at once; each endpoint has its own
+in-flight limit, rate limit and circuit breaker, so a hanging endpoint only ever
+occupies its own slots. When the deadline comes, whatever has not finished is
+cancelled and comes back as a ``deadline`` failure for the retry path: a micro-batch
+never waits on an endpoint longer than its stage's budget.
+
+Works over any :class:`~wayline.delivery.transport.Transport`. One dispatcher belongs
+to one event loop (its semaphores bind to the loop that first uses them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from wayline.core.errors import RetryLater
+from wayline.delivery.circuit import CircuitBreaker, CircuitBreakers
+from wayline.delivery.retry import Verdict, classify
+from wayline.delivery.transport import Endpoint, EndpointLimits, Failure, FailureKind, Request, Result, Transport
+
+
+class TokenBucket:
+    """A rate limit with bursts, kept as the time the next token is free (GCRA).
+
+    Each caller reserves its slot and learns how long to wait, so waiting callers
+    are served in order without polling.
+    """
+
+    def __init__(self, rate_per_s: float, burst: int) -> None:
+        self._interval = 1.0 / rate_per_s
+        self._tolerance = (burst - 1) * self._interval
+        self._next_free = -math.inf
+
+    def reserve(self, now: float) -> float:
+        """Take a token; return the seconds to wait before using it."""
+        slot = max(self._next_free, now)
+        self._next_free = slot + self._interval
+        return max(0.0, slot - self._tolerance - now)
+
+
+@dataclass(slots=True)
+class _Gate:
+    limits: EndpointLimits
+    in_flight: asyncio.Semaphore
+    bucket: TokenBucket | None
+
+
+@dataclass(slots=True)
+class _Progress:
+    sent: bool = False
+
+
+class Dispatcher:
+    """Sends groups of requests through one transport, keeping per-endpoint limits between groups."""
+
+    def __init__(self, transport: Transport, breakers: CircuitBreakers | None = None) -> None:
+        self._transport = transport
+        self._breakers = breakers
+        self._gates: dict[str, _Gate] = {}
+
+    async def deliver_all(self, requests: Sequence[Request], deadline_s: float) -> list[Result]:
+        """One result per request, in order, within ``deadline_s`` seconds of the call."""
+        if not requests:
+            return []
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        progress = [_Progress() for _ in requests]
+        tasks: list[asyncio.Task[Result]] = []
+        try:
+            # The task group cancels and awaits every unfinished send when the deadline
+            # fires, and when the caller itself is cancelled: no send outlives the call.
+            async with asyncio.timeout(deadline_s), asyncio.TaskGroup() as group:
+                tasks = [group.create_task(self._deliver(r, p)) for r, p in zip(requests, progress)]
+        except TimeoutError:
+            pass
+        cut_after = loop.time() - started
+        return [
+            _cut(p, deadline_s, cut_after) if task.cancelled() else task.result()
+            for task, p in zip(tasks, progress)
+        ]
+
+    async def _deliver(self, request: Request, progress: _Progress) -> Result:
+        endpoint = request.endpoint
+        breaker = self._breakers[endpoint.id] if self._breakers is not None else None
+        if breaker is not None and not breaker.allow():
+            return Failure(FailureKind.CIRCUIT_OPEN, f"endpoint {endpoint.id} keeps failing; its circuit is open")
+        gate = self._gate(endpoint)
+        async with gate.in_flight:
+            if gate.bucket is not None:
+                wait = gate.bucket.reserve(asyncio.get_running_loop().time())
+                if wait > 0:
+                    await asyncio.sleep(wait)
+            if endpoint.auth is not None:
+                try:
+                    extra = await endpoint.auth.headers()
+                except RetryLater as exc:
+                    return Failure(FailureKind.AUTH, str(exc))
+                request = replace(request, headers={**request.headers, **extra})
+            progress.sent = True
+            try:
+                result = await self._transport.send(request)
+            except asyncio.CancelledError:
+                # Cut by the deadline while the endpoint had the request: it is slow.
+                _record(breaker, failed=True)
+                raise
+        _record(breaker, failed=classify(result) is Verdict.RETRY)
+        return result
+
+    def _gate(self, endpoint: Endpoint) -> _Gate:
+        gate = self._gates.get(endpoint.id)
+        if gate is None or gate.limits != endpoint.limits:
+            # New or changed limits apply to requests from now on; requests already
+            # waiting finish under the old ones.
+            limits = endpoint.limits
+            bucket = TokenBucket(limits.rate_per_s, limits.burst) if limits.rate_per_s is not None else None
+            gate = self._gates[endpoint.id] = _Gate(limits, asyncio.Semaphore(limits.max_in_flight), bucket)
+        return gate
+
+
+def _record(breaker: CircuitBreaker | None, *, failed: bool) -> None:
+    if breaker is None:
+        return
+    if failed:
+        breaker.record_failure()
+    else:
+        breaker.record_success()
+
+
+def _cut(progress: _Progress, deadline_s: float, elapsed_s: float) -> Failure:
+    if progress.sent:
+        detail = f"no response within the {deadline_s:g} s delivery deadline"
+    else:
+        detail = (
+            f"not sent within the {deadline_s:g} s delivery deadline "
+            "(waiting for the endpoint's in-flight limit, rate limit or credentials)"
+        )
+    return Failure(FailureKind.DEADLINE, detail, elapsed_s)
+
+
+__all__ = ["Dispatcher", "TokenBucket"]

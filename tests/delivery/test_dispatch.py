@@ -1,0 +1,270 @@
+"""Groups of sends under a deadline, against real HTTP servers on 127.0.0.1."""
+
+import asyncio
+import random
+import time
+from datetime import UTC, datetime, timedelta
+
+import orjson
+import pytest
+from aiohttp import web
+from standardwebhooks import Webhook
+
+from tests.delivery.servers import Recorder, serve
+from wayline.core.errors import RetryLater
+from wayline.delivery.attempt import Pending, WillRetry, settle
+from wayline.delivery.auth import BasicAuth
+from wayline.delivery.batch import Batcher, BatchItem, BatchKey, BatchLimits
+from wayline.delivery.circuit import CircuitBreakers, CircuitSettings, CircuitState
+from wayline.delivery.dispatch import Dispatcher, TokenBucket
+from wayline.delivery.http_client import AiohttpTransport
+from wayline.delivery.signing import Secret
+from wayline.delivery.transport import Endpoint, EndpointLimits, Failure, FailureKind, Request, Response
+
+
+def request(endpoint: Endpoint, n: int = 0) -> Request:
+    return Request(endpoint, orjson.dumps({"n": n}), {"content-type": "application/json"})
+
+
+async def ok(request: web.Request) -> web.Response:
+    return web.Response(status=200)
+
+
+async def hangs(request: web.Request) -> web.Response:
+    await asyncio.sleep(60)
+    return web.Response(status=200)
+
+
+def test_the_token_bucket_spaces_requests_after_its_burst() -> None:
+    bucket = TokenBucket(rate_per_s=10, burst=3)
+    waits = [bucket.reserve(100.0) for _ in range(5)]
+    assert waits == pytest.approx([0.0, 0.0, 0.0, 0.1, 0.2])
+    # After a quiet second the burst is back.
+    assert [bucket.reserve(101.5) for _ in range(3)] == [0.0, 0.0, 0.0]
+
+
+def test_a_hanging_endpoint_is_cut_at_the_deadline_while_the_fast_one_is_served() -> None:
+    recorder = Recorder()
+
+    async def fast(request: web.Request) -> web.Response:
+        await recorder.record(request)
+        return web.Response(status=200)
+
+    async def scenario() -> None:
+        async with serve({"/fast": fast, "/slow": hangs}) as base, AiohttpTransport() as http:
+            quick = Endpoint("ep_fast", f"{base}/fast")
+            stuck = Endpoint("ep_slow", f"{base}/slow", timeout_s=30)
+            # The hanging endpoint's requests come first and outnumber its in-flight slots.
+            requests = [request(stuck, n) for n in range(40)] + [request(quick, n) for n in range(20)]
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            results = await Dispatcher(http).deliver_all(requests, deadline_s=1.0)
+            took = loop.time() - started
+
+        slow_results, fast_results = results[:40], results[40:]
+        assert all(isinstance(r, Response) and r.status == 200 for r in fast_results)
+        assert max(r.elapsed_s for r in fast_results) < 0.5
+        assert len(recorder.requests) == 20
+        assert max(r.at for r in recorder.requests) - started < 0.5, "the fast endpoint waited on the slow one"
+        assert all(isinstance(r, Failure) and r.kind is FailureKind.DEADLINE for r in slow_results)
+        details = {r.detail.split(" within")[0] for r in slow_results if isinstance(r, Failure)}
+        assert details == {"no response", "not sent"}
+        assert 1.0 <= took < 1.5
+
+    asyncio.run(scenario())
+
+
+def test_cancelling_the_caller_leaves_no_send_behind() -> None:
+    async def scenario() -> None:
+        async with serve({"/slow": hangs}) as base, AiohttpTransport() as http:
+            endpoint = Endpoint("ep_slow", f"{base}/slow")
+            group = Dispatcher(http).deliver_all([request(endpoint, n) for n in range(5)], deadline_s=30)
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(group, timeout=0.2)
+            assert [t for t in asyncio.all_tasks() if t.get_coro().__qualname__ == "Dispatcher._deliver"] == []
+
+    asyncio.run(scenario())
+
+
+def test_a_group_that_finishes_early_does_not_wait_for_the_deadline() -> None:
+    async def scenario() -> None:
+        async with serve({"/hook": ok}) as base, AiohttpTransport() as http:
+            endpoint = Endpoint("ep_1", f"{base}/hook")
+            started = time.monotonic()
+            results = await Dispatcher(http).deliver_all([request(endpoint, n) for n in range(50)], deadline_s=30)
+            assert time.monotonic() - started < 5
+            assert [r.status for r in results if isinstance(r, Response)] == [200] * 50
+
+    asyncio.run(scenario())
+
+
+def test_an_endpoint_never_has_more_than_its_in_flight_limit_and_a_new_limit_applies() -> None:
+    active = 0
+    peaks: list[int] = []
+
+    async def counts(request: web.Request) -> web.Response:
+        nonlocal active
+        active += 1
+        peaks[-1] = max(peaks[-1], active)
+        await asyncio.sleep(0.02)
+        active -= 1
+        return web.Response(status=200)
+
+    async def scenario() -> None:
+        async with serve({"/hook": counts}) as base, AiohttpTransport() as http:
+            dispatcher = Dispatcher(http)
+            for limit in (3, 6):
+                peaks.append(0)
+                endpoint = Endpoint("ep_1", f"{base}/hook", limits=EndpointLimits(max_in_flight=limit))
+                results = await dispatcher.deliver_all([request(endpoint, n) for n in range(15)], deadline_s=10)
+                assert all(isinstance(r, Response) for r in results)
+
+    asyncio.run(scenario())
+    assert peaks == [3, 6]
+
+
+def test_an_endpoint_rate_limit_spaces_its_requests() -> None:
+    recorder = Recorder()
+
+    async def hook(request: web.Request) -> web.Response:
+        await recorder.record(request)
+        return web.Response(status=200)
+
+    async def scenario() -> None:
+        async with serve({"/hook": hook}) as base, AiohttpTransport() as http:
+            limits = EndpointLimits(max_in_flight=10, rate_per_s=20, burst=2)
+            endpoint = Endpoint("ep_1", f"{base}/hook", limits=limits)
+            await Dispatcher(http).deliver_all([request(endpoint, n) for n in range(8)], deadline_s=10)
+
+    asyncio.run(scenario())
+    arrivals = sorted(r.at for r in recorder.requests)
+    # Two at once, then one per 50 ms: the last arrives about 300 ms after the first.
+    assert arrivals[-1] - arrivals[0] >= 0.28
+    assert arrivals[1] - arrivals[0] < 0.04
+
+
+def test_the_circuit_opens_on_a_failing_endpoint_and_a_probe_closes_it() -> None:
+    hits = 0
+    healthy = False
+
+    async def flaky(request: web.Request) -> web.Response:
+        nonlocal hits
+        hits += 1
+        return web.Response(status=200 if healthy else 503)
+
+    now = [0.0]
+    breakers = CircuitBreakers(CircuitSettings(consecutive_failures=3, cool_down_s=60), clock=lambda: now[0])
+
+    async def scenario() -> None:
+        nonlocal healthy
+        async with serve({"/hook": flaky}) as base, AiohttpTransport() as http:
+            dispatcher = Dispatcher(http, breakers)
+            endpoint = Endpoint("ep_1", f"{base}/hook")
+            for n in range(3):
+                [result] = await dispatcher.deliver_all([request(endpoint, n)], deadline_s=5)
+                assert isinstance(result, Response) and result.status == 503
+            assert breakers["ep_1"].state is CircuitState.OPEN
+
+            results = await dispatcher.deliver_all([request(endpoint, n) for n in range(5)], deadline_s=5)
+            assert {r.kind for r in results if isinstance(r, Failure)} == {FailureKind.CIRCUIT_OPEN}
+            assert hits == 3, "an open circuit sends nothing"
+
+            healthy = True
+            now[0] += 60
+            results = await dispatcher.deliver_all([request(endpoint, n) for n in range(3)], deadline_s=5)
+            # One probe goes through; the others still wait for it to report.
+            assert [type(r).__name__ for r in results].count("Response") == 1
+            assert breakers["ep_1"].state is CircuitState.CLOSED
+            results = await dispatcher.deliver_all([request(endpoint, n) for n in range(3)], deadline_s=5)
+            assert all(isinstance(r, Response) and r.status == 200 for r in results)
+
+    asyncio.run(scenario())
+
+
+def test_requests_cut_in_flight_count_as_failures_for_the_circuit() -> None:
+    breakers = CircuitBreakers(CircuitSettings(consecutive_failures=2))
+
+    async def scenario() -> None:
+        async with serve({"/slow": hangs}) as base, AiohttpTransport() as http:
+            endpoint = Endpoint("ep_slow", f"{base}/slow", limits=EndpointLimits(max_in_flight=2))
+            await Dispatcher(http, breakers).deliver_all([request(endpoint, n) for n in range(2)], deadline_s=0.3)
+
+    asyncio.run(scenario())
+    assert breakers["ep_slow"].state is CircuitState.OPEN
+
+
+def test_credentials_that_cannot_be_had_fail_the_request_unsent() -> None:
+    recorder = Recorder()
+
+    class Unavailable:
+        async def headers(self) -> dict[str, str]:
+            raise RetryLater("token server down")
+
+    async def hook(request: web.Request) -> web.Response:
+        await recorder.record(request)
+        return web.Response(status=200)
+
+    async def scenario() -> None:
+        async with serve({"/hook": hook}) as base, AiohttpTransport() as http:
+            endpoint = Endpoint("ep_1", f"{base}/hook", auth=Unavailable())
+            [result] = await Dispatcher(http).deliver_all([request(endpoint)], deadline_s=5)
+        assert isinstance(result, Failure) and result.kind is FailureKind.AUTH
+        assert result.detail == "token server down"
+
+    asyncio.run(scenario())
+    assert recorder.requests == []
+
+
+def test_a_429_with_retry_after_schedules_the_retry_when_asked() -> None:
+    async def busy(request: web.Request) -> web.Response:
+        return web.Response(status=429, headers={"Retry-After": "120"})
+
+    async def scenario() -> None:
+        now = datetime.now(UTC)
+        pending = Pending.single("e1", b'{"id":"e1"}', subscription_id="sub_1", endpoint_id="ep_1", now=now)
+        async with serve({"/hook": busy}) as base, AiohttpTransport() as http:
+            endpoint = Endpoint("ep_1", f"{base}/hook")
+            [result] = await Dispatcher(http).deliver_all([pending.request(endpoint, [Secret.generate()], now)], 5)
+        state = settle(pending, result, now, random.Random(1))
+        assert isinstance(state, WillRetry)
+        assert state.next.due_at == now + timedelta(seconds=120)
+        assert state.next.attempts == 1
+
+    asyncio.run(scenario())
+
+
+def test_single_and_batch_deliveries_arrive_signed_and_authenticated() -> None:
+    recorder = Recorder()
+    secret = Secret.generate()
+
+    async def hook(request: web.Request) -> web.Response:
+        await recorder.record(request)
+        return web.Response(status=204)
+
+    events = [
+        orjson.dumps({"specversion": "1.0", "id": f"e{n}", "source": "/s", "type": "t", "tenantid": "7"})
+        for n in range(5)
+    ]
+
+    async def scenario() -> None:
+        now = datetime.now(UTC)
+        batcher = Batcher(lambda _: BatchLimits(max_count=3))
+        [batch] = batcher.add(BatchKey("sub_b"), [BatchItem(f"e{n}", body) for n, body in enumerate(events[:3])], now)
+        deliveries = [
+            Pending.single("e4", events[4], subscription_id="sub_s", endpoint_id="ep_1", now=now),
+            Pending.batch(batch, endpoint_id="ep_1", now=now),
+        ]
+        async with serve({"/hook": hook}) as base, AiohttpTransport() as http:
+            endpoint = Endpoint("ep_1", f"{base}/hook", auth=BasicAuth("wayline", "s3cret"))
+            requests = [d.request(endpoint, [secret], now) for d in deliveries]
+            results = await Dispatcher(http).deliver_all(requests, deadline_s=5)
+        assert [r.status for r in results if isinstance(r, Response)] == [204, 204]
+
+    asyncio.run(scenario())
+    single, batched = recorder.requests
+    verify = Webhook(secret.text).verify
+    assert verify(single.body, single.headers)["id"] == "e4"
+    assert [e["id"] for e in verify(batched.body, batched.headers)] == ["e0", "e1", "e2"]
+    assert single.headers["content-type"] == "application/cloudevents+json"
+    assert batched.headers["content-type"] == "application/cloudevents-batch+json"
+    assert single.headers["authorization"] == batched.headers["authorization"] == "Basic d2F5bGluZTpzM2NyZXQ="
