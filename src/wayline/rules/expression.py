@@ -44,12 +44,16 @@ from sqlglot import exp
 from wayline.core.errors import GiveUp, RejectedInput
 
 Row = Mapping[str, Any]
+ColumnPath = tuple[str, ...]
 Evaluator = Callable[[Any], Any]
 Context = tuple[Any, ...]
 ContextUpdate = Callable[[Context, int, Row], Context]
 
 # The universal row pattern variable: every row of the match.
 ANY = -1
+
+# The sqlglot dialect rules are read in (its MATCH_RECOGNIZE support is the most complete).
+DIALECT = "snowflake"
 
 _UNITS = {
     "MILLISECOND": timedelta(milliseconds=1),
@@ -133,6 +137,7 @@ class Measure:
     sql: str
     evaluate: Evaluator = field(compare=False, repr=False)
     lookback: int = 0
+    columns: frozenset[ColumnPath] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,7 +148,7 @@ class Conditions:
     folds a row mapped to v into a context (None when no condition keeps anything about v).
     ``cacheable[v]`` says the test's answer depends on the rows only, not on the match so
     far, so one answer per row serves every candidate match. ``lookback`` is how many rows
-    before a match PREV may read.
+    before a match PREV may read; ``columns`` are the column paths the conditions read.
     """
 
     variables: tuple[str, ...]
@@ -154,6 +159,7 @@ class Conditions:
     initial: Context
     tuple_slots: frozenset[int]
     lookback: int
+    columns: frozenset[ColumnPath]
 
     def thaw(self, context: Sequence[Any]) -> Context:
         """A context back from its serialised form (lists for tuples)."""
@@ -173,14 +179,15 @@ def compile_defines(
     defines = [Define(name, "TRUE", True) for name in variables]
     cacheable = [True] * len(variables)
     lookback = 0
+    columns: set[ColumnPath] = set()
     for name, node in definitions:
         if name not in index:
             raise RejectedInput(f"DEFINE {name}: {name} does not appear in the PATTERN")
         if tests[index[name]] is not None:
             raise RejectedInput(f"DEFINE {name}: {name} is defined twice")
-        compiler = _Compiler(f"DEFINE {name}", index, "define", index[name], slots)
+        compiler = _Compiler(f"DEFINE {name}", index, "define", index[name], slots, columns)
         tests[index[name]] = compiler.compile(node)
-        defines[index[name]] = Define(name, node.sql(dialect="snowflake"),
+        defines[index[name]] = Define(name, node.sql(dialect=DIALECT),
                                       not compiler.reads_match and compiler.lookback == 0)
         cacheable[index[name]] = not compiler.reads_match
         lookback = max(lookback, compiler.lookback)
@@ -193,14 +200,16 @@ def compile_defines(
         initial=slots.initial(),
         tuple_slots=slots.tuple_slots(),
         lookback=lookback,
+        columns=frozenset(columns),
     )
 
 
 def compile_measure(name: str, node: exp.Expression, variables: Sequence[str]) -> Measure:
     index = {variable: position for position, variable in enumerate(variables)}
-    compiler = _Compiler(f"MEASURES {name}", index, "measure", None, None)
+    columns: set[ColumnPath] = set()
+    compiler = _Compiler(f"MEASURES {name}", index, "measure", None, None, columns)
     evaluate = compiler.compile(node)
-    return Measure(name, node.sql(dialect="snowflake"), evaluate, compiler.lookback)
+    return Measure(name, node.sql(dialect=DIALECT), evaluate, compiler.lookback, frozenset(columns))
 
 
 def interval(node: exp.Interval, clause: str) -> timedelta:
@@ -210,7 +219,7 @@ def interval(node: exp.Interval, clause: str) -> timedelta:
     name = unit.name.upper().removesuffix("S") if isinstance(unit, exp.Var) else ""
     if text is None or name not in _UNITS:
         raise RejectedInput(
-            f"{clause}: {node.sql(dialect='snowflake')} is not supported; write "
+            f"{clause}: {node.sql(dialect=DIALECT)} is not supported; write "
             f"INTERVAL '<number>' <unit> with unit one of {', '.join(_UNITS)}{_where(node)}"
         )
     try:
@@ -226,7 +235,8 @@ class _SlotTable:
     def __init__(self) -> None:
         self.slots: dict[tuple[str, int, str], int] = {}
         self.sizes: list[int] = []
-        self.kinds: list[tuple[str, int, Callable[[Row], Any] | None]] = []
+        # Per slot: what it keeps, for which variable, and the value aggregated (if any).
+        self.entries: list[tuple[str, int, Callable[[Row], Any] | None]] = []
 
     def rows(self, kind: str, variable: int, size: int) -> int:
         """A slot keeping the last or first ``size`` row numbers mapped to ``variable``."""
@@ -237,23 +247,23 @@ class _SlotTable:
     def aggregate(self, kind: str, variable: int, key: str, value: Callable[[Row], Any] | None) -> int:
         return self._slot((kind, variable, key), (kind, variable, value))
 
-    def _slot(self, key: tuple[str, int, str], kind: tuple[str, int, Callable[[Row], Any] | None]) -> int:
+    def _slot(self, key: tuple[str, int, str], entry: tuple[str, int, Callable[[Row], Any] | None]) -> int:
         if key not in self.slots:
-            self.slots[key] = len(self.kinds)
-            self.kinds.append(kind)
+            self.slots[key] = len(self.entries)
+            self.entries.append(entry)
             self.sizes.append(0)
         return self.slots[key]
 
     def initial(self) -> Context:
-        return tuple(_INITIAL[kind] for kind, _, _ in self.kinds)
+        return tuple(_INITIAL[kind] for kind, _, _ in self.entries)
 
     def tuple_slots(self) -> frozenset[int]:
-        return frozenset(slot for slot, (kind, _, _) in enumerate(self.kinds) if kind in ("last", "first", "avg"))
+        return frozenset(slot for slot, (kind, _, _) in enumerate(self.entries) if kind in ("last", "first", "avg"))
 
     def update_for(self, variable: int) -> ContextUpdate | None:
         steps = [
             (slot, _fold(kind, self.sizes[slot], value))
-            for slot, (kind, owner, value) in enumerate(self.kinds)
+            for slot, (kind, owner, value) in enumerate(self.entries)
             if owner in (variable, ANY)
         ]
         if not steps:
@@ -325,9 +335,10 @@ class _Compiler:
 
     def __init__(
         self, clause: str, variables: dict[str, int], mode: str, current: int | None,
-        slots: _SlotTable | None,
+        slots: _SlotTable | None, columns: set[ColumnPath],
     ) -> None:
         self.clause = clause
+        self.columns = columns
         self.variables = variables
         self.mode = mode
         self.current = current
@@ -381,13 +392,10 @@ class _Compiler:
             return bool(node.this)
         if isinstance(node, exp.Interval):
             return interval(node, self.clause)
-        text = node.this
-        if node.is_string:
-            return text
-        try:
-            return int(text) if text.isdigit() else float(text)
-        except ValueError:
-            raise self._unsupported(node) from None
+        value = _literal_value(node)
+        if value is _NOT_CONSTANT:
+            raise self._unsupported(node)
+        return value
 
     def _column(self, node: exp.Expression) -> Evaluator:
         variable, path = self._reference(node)
@@ -403,7 +411,7 @@ class _Compiler:
             return lambda view: get(view.rows[view.end - view.base])
         return _final_row(variable, -1, get)
 
-    def _reference(self, node: exp.Expression) -> tuple[int, tuple[str, ...]]:
+    def _reference(self, node: exp.Expression) -> tuple[int, ColumnPath]:
         parts: list[exp.Expression] = []
         while isinstance(node, exp.Dot):
             parts.insert(0, node.expression)
@@ -416,12 +424,12 @@ class _Compiler:
         names = [part.name for part in parts]
         head = parts[0]
         key = names[0] if head.args.get("quoted") else names[0].upper()
-        if key in self.variables:
-            if len(names) == 1:
-                raise RejectedInput(
-                    f"{self.clause}: {names[0]} is a pattern variable, not a column{_where(node)}"
-                )
-            return self.variables[key], tuple(names[1:])
+        # A bare name is always a column; only a qualifier can name a pattern variable.
+        if len(names) > 1 and key in self.variables:
+            path = tuple(names[1:])
+            self.columns.add(path)
+            return self.variables[key], path
+        self.columns.add(tuple(names))
         return ANY, tuple(names)
 
     # -- operators ------------------------------------------------------------------------
@@ -430,7 +438,7 @@ class _Compiler:
         compare = _COMPARISONS[type(node)]
         left, right = self.compile(node.this), self.compile(node.expression)
         text = self._text(node)
-        constant = _constant_value(node.expression)
+        constant = _literal_value(node.expression)
         if constant is not _NOT_CONSTANT and constant is not None:
             def against_constant(env: Any) -> Any:
                 value = left(env)
@@ -579,7 +587,7 @@ class _Compiler:
             value, variable = self._argument(argument)
         if self.mode == "define":
             assert self.slots is not None
-            slot = self.slots.aggregate(kind, variable, argument.sql(dialect="snowflake"), value)
+            slot = self.slots.aggregate(kind, variable, argument.sql(dialect=DIALECT), value)
             self.reads_match = True
             if kind == "avg":
                 def average(frame: DefineFrame) -> Any:
@@ -591,7 +599,7 @@ class _Compiler:
 
     def _argument(self, node: exp.Expression) -> tuple[Callable[[Row], Any], int]:
         """The argument of a navigation or aggregate: a function of one row, and its variable."""
-        inner = _Compiler(self.clause, self.variables, "row", None, None)
+        inner = _Compiler(self.clause, self.variables, "row", None, None, self.columns)
         value = inner.compile(node)
         return value, inner.row_variable
 
@@ -629,7 +637,7 @@ class _Compiler:
         return self.variables[key]
 
     def _text(self, node: exp.Expression) -> str:
-        return node.sql(dialect="snowflake")
+        return node.sql(dialect=DIALECT)
 
     def _unsupported(self, node: exp.Expression) -> RejectedInput:
         if isinstance(node, exp.Anonymous):
@@ -637,14 +645,15 @@ class _Compiler:
         elif isinstance(node, exp.Func):
             what = f"function {node.sql_name()}()"
         else:
-            what = repr(self._text(node))
+            what = self._text(node)
         return RejectedInput(f"{self.clause}: {what} is not supported{_where(node)}")
 
 
 _NOT_CONSTANT = object()
 
 
-def _constant_value(node: exp.Expression) -> Any:
+def _literal_value(node: exp.Expression) -> Any:
+    """The value of a string or number literal; ``_NOT_CONSTANT`` for anything else."""
     if isinstance(node, exp.Literal):
         if node.is_string:
             return node.this
@@ -657,11 +666,12 @@ def _constant_value(node: exp.Expression) -> Any:
 
 
 def _where(node: exp.Expression) -> str:
-    for part in node.walk():
-        meta = part.meta
-        if "line" in meta:
-            return f" (line {meta['line']}, column {meta['col']})"
-    return ""
+    located = [part.meta for part in node.walk() if "line" in part.meta]
+    if not located:
+        return ""
+    first = min(located, key=lambda meta: meta["start"])
+    # sqlglot's column is where the token ends; report where it starts.
+    return f" (line {first['line']}, column {first['col'] - (first['end'] - first['start'])})"
 
 
 def _getter(path: tuple[str, ...]) -> Callable[[Row], Any]:
@@ -824,6 +834,8 @@ def _in(value: Evaluator, items: list[Evaluator]) -> Evaluator:
 
 __all__ = [
     "ANY",
+    "DIALECT",
+    "ColumnPath",
     "Conditions",
     "Context",
     "Define",

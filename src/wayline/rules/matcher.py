@@ -34,6 +34,15 @@ watermark passes them, then enter the automaton in time order (ties in arrival o
 let the watermark close a search whose WITHIN window has ended, so its match is emitted
 without waiting for the partition's next row.
 
+Where the answers differ from Flink's (details in ``docs/rules-semantics.md``): Flink's
+greedy quantifiers never give a row back, so where neighbouring variables' conditions
+overlap it misses matches the standard finds. Over the rows (price 15, up), (16, down),
+(11, flat), ``PATTERN (A+ B C)`` with ``A AS A.price > 12, B AS B.kind = 'down',
+C AS C.kind = 'flat'`` finds nothing in Flink 2.3 and A=[15], B=[16], C=[11] here. Wayline
+also runs patterns Flink refuses (a greedy quantifier at the end, ``A??``, alternation,
+quantified groups) and refuses when a rule is submitted what the standard would fail on at
+run time (see ``wayline.rules.recognize``).
+
 State. ``snapshot()`` returns plain lists, dicts and numbers (plus the rows themselves,
 as given) for a stateful operator to store; ``PartitionMatcher(spec, state=...)`` resumes
 from it. ``size`` measures it, for state budgets.
@@ -71,7 +80,10 @@ Labels = tuple[int, Any] | None
 
 @dataclass(frozen=True, slots=True)
 class Match:
-    """One match: ``start`` and ``end`` are row numbers in the partition's event-time order."""
+    """One match: ``start`` and ``end`` are row numbers in the partition's event-time order.
+
+    ``labels`` names the variable of each row; ``measures`` follow the MEASURES clause.
+    """
 
     number: int
     start: int
@@ -85,6 +97,8 @@ class Match:
 
 @dataclass(frozen=True, slots=True)
 class MatcherSize:
+    """Rows kept for live searches, rows waiting for the watermark, live threads, labels they carry."""
+
     rows: int
     pending: int
     threads: int
@@ -96,7 +110,11 @@ class MatcherSize:
 
 
 class PartitionMatcher:
-    """Runs one pattern over one partition's rows (mappings from column name to value)."""
+    """Runs one pattern over one partition's rows (mappings from column name to value).
+
+    After a ``GiveUp`` (a rule that cannot run on this data) the matcher is left mid-batch
+    and must be discarded with its rule's state.
+    """
 
     def __init__(
         self, spec: PatternSpec, state: Mapping[str, Any] | None = None, *,
@@ -119,7 +137,7 @@ class PartitionMatcher:
         self._has_context = bool(conditions.initial)
         self._within = spec.within // _MICROSECOND if spec.within else None
         self._lookback = spec.lookback
-        self._time_path = spec.order_by
+        self._time_column, *self._time_path = spec.order_by
         self._frame = DefineFrame()
         self._load(state or {})
 
@@ -162,10 +180,12 @@ class PartitionMatcher:
 
     @property
     def size(self) -> MatcherSize:
+        """What the state holds, for state budgets."""
         labels = len(self._threads) * (self._pos - self._start) if self._start >= 0 else 0
         return MatcherSize(len(self._rows), len(self._pending), len(self._threads), labels)
 
     def snapshot(self) -> dict[str, Any]:
+        """The state as plain data; ``PartitionMatcher(spec, state=...)`` resumes from it."""
         search = None
         if self._start >= 0:
             search = {
@@ -220,14 +240,13 @@ class PartitionMatcher:
                 self._candidate = (search["candidate"][0], _wind(search["candidate"][1]))
 
     def _time_of(self, row: Row) -> int | None:
-        head, *rest = self._time_path
-        value = row.get(head)
-        for key in rest:
+        value = row.get(self._time_column)
+        for key in self._time_path:
             value = value.get(key) if isinstance(value, dict) else None
         if value is None:
             return None
         if not isinstance(value, datetime):
-            raise GiveUp(f"ORDER BY {'.'.join(self._time_path)} must be a timestamp, not {value!r}")
+            raise GiveUp(f"ORDER BY {'.'.join(self._spec.order_by)} must be a timestamp, not {value!r}")
         epoch = _EPOCH if value.tzinfo is None else _EPOCH_UTC
         return (value - epoch) // _MICROSECOND
 

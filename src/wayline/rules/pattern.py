@@ -132,7 +132,7 @@ class _Parser:
             raise self._error("the pattern is empty", self.pos)
         tree = self._alternation()
         if self.pos < len(self.text):
-            raise self._unexpected()
+            raise self._unexpected("no group is open here")
         if can_match_empty(tree):
             raise RejectedInput(
                 f"PATTERN ({self.text}) can match zero rows; an empty match reports nothing "
@@ -144,7 +144,6 @@ class _Parser:
         options = [self._sequence()]
         while self._peek() == "|":
             self.pos += 1
-            self._skip_space()
             options.append(self._sequence())
         return options[0] if len(options) == 1 else Alternation(tuple(options))
 
@@ -153,7 +152,7 @@ class _Parser:
         while self._peek() not in ("", "|", ")"):
             items.append(self._quantified())
         if not items:
-            raise self._error("expected a pattern variable or '('", self.pos)
+            raise self._unexpected("expected a pattern variable or '('")
         return items[0] if len(items) == 1 else Concatenation(tuple(items))
 
     def _quantified(self) -> Pattern:
@@ -167,7 +166,6 @@ class _Parser:
         if self._peek() == "?":
             self.pos += 1
             greedy = False
-        self._skip_space()
         if self._peek() in ("*", "+", "?", "{"):
             raise self._error("a quantifier cannot follow another quantifier", self.pos)
         if can_match_empty(node):
@@ -221,8 +219,7 @@ class _Parser:
                 raise self._error("an empty group () matches nothing", start)
             inner = self._alternation()
             if self._peek() != ")":
-                raise self._unexpected("expected ')' to close the group opened at position "
-                                       f"{start + 1}")
+                raise self._unexpected(f"the group opened at position {start + 1} is not closed")
             self.pos += 1
             self._skip_space()
             return inner
@@ -235,6 +232,8 @@ class _Parser:
             return Variable(name, start + 1)
         if char in ("^", "$"):
             raise self._error(f"the anchor {char} is not supported", start)
+        if self.text.startswith("{-", start):
+            raise self._error("exclusion {- -} is not supported", start)
         if char == '"':
             raise self._error("quoted pattern variables are not supported", start)
         raise self._unexpected("expected a pattern variable or '('")
@@ -250,13 +249,15 @@ class _Parser:
         while self.pos < len(self.text) and self.text[self.pos].isspace():
             self.pos += 1
 
-    def _unexpected(self, expectation: str = "") -> RejectedInput:
+    def _unexpected(self, hint: str) -> RejectedInput:
         found = self._peek()
-        what = f"unexpected {found!r}" if found else "unexpected end of pattern"
-        return self._error(f"{what}{'; ' + expectation if expectation else ''}", self.pos)
+        return self._error(f"unexpected {found!r}" if found else "unexpected end of pattern",
+                           self.pos, hint)
 
-    def _error(self, problem: str, position: int) -> RejectedInput:
-        return RejectedInput(f"PATTERN ({self.text}): {problem} at position {position + 1}")
+    def _error(self, problem: str, position: int, hint: str = "") -> RejectedInput:
+        return RejectedInput(
+            f"PATTERN ({self.text}): {problem} at position {position + 1}" + (f"; {hint}" if hint else "")
+        )
 
 
 __all__ = [

@@ -39,13 +39,19 @@ from sqlglot.tokens import Token, TokenType
 
 from wayline.core.errors import RejectedInput
 from wayline.rules.automaton import Automaton, compile_automaton
-from wayline.rules.expression import Conditions, Define, Measure, compile_defines, compile_measure, interval
+from wayline.rules.expression import (
+    DIALECT,
+    ColumnPath,
+    Conditions,
+    Define,
+    Measure,
+    compile_defines,
+    compile_measure,
+    interval,
+)
 from wayline.rules.pattern import Pattern, parse_pattern, variables
 
-DIALECT = "snowflake"
 SOURCE = "events"
-
-ColumnPath = tuple[str, ...]
 
 _SELECT_PARTS = frozenset({"expressions", "from_", "match"})
 
@@ -93,6 +99,12 @@ class PatternSpec:
     @property
     def variables(self) -> tuple[str, ...]:
         return self.conditions.variables
+
+    @property
+    def columns(self) -> frozenset[ColumnPath]:
+        """Every column path the rule reads, for checking against the event schema."""
+        return frozenset({*self.partition_by, self.order_by, *self.conditions.columns,
+                          *(path for measure in self.measures for path in measure.columns)})
 
     @property
     def lookback(self) -> int:
@@ -153,39 +165,49 @@ def _take_within(sql: str) -> tuple[str, timedelta | None]:
     except TokenError as exc:
         raise RejectedInput(f"SQL syntax error: {exc}") from exc
     close = _pattern_end(tokens)
-    if close is None or close + 1 >= len(tokens) or tokens[close + 1].text.upper() != "WITHIN":
+    if close is None or close + 1 >= len(tokens) or not _is_word(tokens[close + 1], "WITHIN"):
         return sql, None
     keyword = tokens[close + 1]
     end = close + 2
     depth = 0
     while end < len(tokens):
         token = tokens[end]
-        if depth == 0 and (token.text.upper() == "DEFINE" or token.token_type == TokenType.R_PAREN):
+        if depth == 0 and (_is_word(token, "DEFINE") or token.token_type == TokenType.R_PAREN):
             break
         depth += {TokenType.L_PAREN: 1, TokenType.R_PAREN: -1}.get(token.token_type, 0)
         end += 1
     where = f"line {keyword.line}, column {keyword.col - len(keyword.text) + 1}"
     if end == close + 2:
         raise RejectedInput(f"WITHIN needs an interval, e.g. WITHIN INTERVAL '5' MINUTE ({where})")
-    clause = sql[tokens[close + 2].start:tokens[end - 1].end + 1]
+    begin = tokens[close + 2].start
+    clause = sql[begin:tokens[end - 1].end + 1]
     try:
-        node = sqlglot.parse_one(clause, read=DIALECT)
+        # Padded so that positions in the interval are positions in the rule.
+        node = sqlglot.parse_one(_blank(sql[:begin]) + clause, read=DIALECT)
     except (ParseError, TokenError):
         node = None
     if not isinstance(node, exp.Interval):
         raise RejectedInput(f"WITHIN {clause}: expected an interval such as INTERVAL '5' MINUTE ({where})")
-    within = interval(node, f"WITHIN ({where})")
+    within = interval(node, "WITHIN")
     if within <= timedelta(0):
         raise RejectedInput(f"WITHIN {clause}: the interval must be positive ({where})")
     start = keyword.start
     stop = tokens[end].start if end < len(tokens) else len(sql)
-    return sql[:start] + re.sub(r"[^\n]", " ", sql[start:stop]) + sql[stop:], within
+    return sql[:start] + _blank(sql[start:stop]) + sql[stop:], within
+
+
+def _is_word(token: Token, word: str) -> bool:
+    return token.token_type != TokenType.STRING and token.text.upper() == word
+
+
+def _blank(text: str) -> str:
+    return re.sub(r"[^\n]", " ", text)
 
 
 def _pattern_end(tokens: list[Token]) -> int | None:
     """The index of the parenthesis closing ``PATTERN (``, if there is one."""
     for index, token in enumerate(tokens[:-1]):
-        if token.text.upper() == "PATTERN" and tokens[index + 1].token_type == TokenType.L_PAREN:
+        if _is_word(token, "PATTERN") and tokens[index + 1].token_type == TokenType.L_PAREN:
             depth = 0
             for position in range(index + 1, len(tokens)):
                 kind = tokens[position].token_type
@@ -325,10 +347,8 @@ def _select(statement: exp.Select, match: exp.MatchRecognize, partition_by: tupl
 
 
 __all__ = [
-    "DIALECT",
     "SOURCE",
     "AfterMatchSkip",
-    "ColumnPath",
     "OutputColumn",
     "PatternSpec",
     "SkipTo",
