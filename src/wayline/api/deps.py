@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import Depends, Query, Request
+from fastapi import Depends, Header, Query, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from wayline.core.errors import Unauthorized
@@ -52,8 +52,11 @@ class Paging:
 
 
 DB = Annotated[Database, Depends(database)]
+IdempotencyKey = Annotated[
+    str | None, Header(alias="Idempotency-Key", max_length=200, description="repeat a create safely")
+]
 CallerDep = Annotated[Caller, Depends(caller)]
 PagingDep = Annotated[Paging, Depends(Paging)]
 EndpointsDep = Annotated[EndpointService, Depends(endpoint_service)]
 
-__all__ = ["CallerDep", "DB", "EndpointsDep", "Paging", "PagingDep", "caller", "database", "endpoint_service", "settings"]
+__all__ = ["CallerDep", "DB", "EndpointsDep", "IdempotencyKey", "Paging", "PagingDep", "caller", "database", "endpoint_service", "settings"]

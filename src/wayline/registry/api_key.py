@@ -10,7 +10,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from wayline.core.errors import NotFound, Unauthorized
-from wayline.registry.access import Caller, Page, page
+from wayline.registry.access import Caller, Page, owned, page
 from wayline.registry.ids import new_id
 from wayline.registry.models import ApiKey, Customer
 from wayline.registry.secrets import hash_api_key, key_id_of, new_api_key, same_hash
@@ -75,9 +75,7 @@ def list_(session: Session, caller: Caller, cursor: str | None, limit: int, max_
 
 def revoke(session: Session, caller: Caller, key_id: str) -> ApiKeyOut:
     caller.require_admin()
-    row = session.get(ApiKey, key_id)
-    if row is None:
-        raise NotFound(f"api key {key_id} not found")
+    row = owned(session, ApiKey, key_id, caller, "api key")
     if row.revoked_at is None:
         row.revoked_at = datetime.now(timezone.utc)
     session.flush()

@@ -10,8 +10,8 @@ from sqlalchemy import select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
-from wayline.core.errors import Conflict, NotFound
-from wayline.registry.access import Caller, Page, page
+from wayline.core.errors import Conflict
+from wayline.registry.access import Caller, Page, owned, page
 from wayline.registry.models import EventType, Tenant
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,199}$"
@@ -62,9 +62,7 @@ def upsert_tenants(session: Session, caller: Caller, bodies: list[TenantIn]) -> 
 
 def get_tenant(session: Session, caller: Caller, tenant_id: str) -> TenantOut:
     caller.require_admin()
-    row = session.get(Tenant, tenant_id)
-    if row is None:
-        raise NotFound(f"tenant {tenant_id} not found")
+    row = owned(session, Tenant, tenant_id, caller, "tenant")
     return TenantOut.model_validate(row)
 
 
@@ -76,9 +74,7 @@ def list_tenants(session: Session, caller: Caller, cursor: str | None, limit: in
 
 def delete_tenant(session: Session, caller: Caller, tenant_id: str) -> None:
     caller.require_admin()
-    row = session.get(Tenant, tenant_id)
-    if row is None:
-        raise NotFound(f"tenant {tenant_id} not found")
+    row = owned(session, Tenant, tenant_id, caller, "tenant")
     session.delete(row)
 
 
@@ -94,9 +90,7 @@ def create_event_type(session: Session, caller: Caller, body: EventTypeIn) -> Ev
 
 
 def get_event_type(session: Session, caller: Caller, name: str) -> EventTypeOut:
-    row = session.get(EventType, name)
-    if row is None:
-        raise NotFound(f"event type {name} not found")
+    row = owned(session, EventType, name, caller, "event type")
     return EventTypeOut.model_validate(row)
 
 
@@ -107,9 +101,7 @@ def list_event_types(session: Session, caller: Caller, cursor: str | None, limit
 
 def delete_event_type(session: Session, caller: Caller, name: str) -> None:
     caller.require_admin()
-    row = session.get(EventType, name)
-    if row is None:
-        raise NotFound(f"event type {name} not found")
+    row = owned(session, EventType, name, caller, "event type")
     session.delete(row)
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from wayline.core.errors import MissingJarsError, StackError
 from wayline.core.settings import Settings
+from wayline.stack.logs import write_log4j2_config
 from wayline.stack.process import free_port, spawn, stop_pid, wait_until
 
 # A static voter set (rather than `format --standalone`) keeps the controller's address
@@ -38,22 +39,6 @@ share.coordinator.state.topic.min.isr=1
 group.initial.rebalance.delay.ms=0
 log.retention.hours=168
 """
-
-_LOG4J2_PROPERTIES = """\
-status = warn
-appender.file.type = File
-appender.file.name = file
-appender.file.fileName = {log_file}
-appender.file.layout.type = PatternLayout
-appender.file.layout.pattern = [%d] %p %m (%c)%n
-rootLogger.level = INFO
-rootLogger.appenderRef.file.ref = file
-logger.kafka.name = kafka
-logger.kafka.level = WARN
-logger.apache.name = org.apache.kafka
-logger.apache.level = WARN
-"""
-
 
 @dataclass(frozen=True)
 class RunningBroker:
@@ -91,9 +76,9 @@ def start_broker(settings: Settings) -> RunningBroker:
             partitions=settings.kafka.topic_partitions,
         )
     )
-    log4j = home / "log4j2.properties"
     log_file = log_dir / "kafka.log"
-    log4j.write_text(_LOG4J2_PROPERTIES.format(log_file=log_file))
+    log4j = write_log4j2_config(home / "log4j2.properties", log_file, "INFO",
+                                {"kafka": "WARN", "org.apache.kafka": "WARN"})
     java, classpath = _java(), _classpath(settings)
 
     if not (data_dir / "meta.properties").exists():

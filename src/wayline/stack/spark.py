@@ -13,29 +13,9 @@ from pathlib import Path
 
 from wayline.core.errors import ConfigError, MissingJarsError
 from wayline.core.settings import Settings
+from wayline.stack.logs import write_log4j2_config
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
-
-# Spark's own log goes to a file, so the terminal is left to Wayline's live views.
-_LOG4J2_PROPERTIES = """\
-status = warn
-appender.file.type = File
-appender.file.name = file
-appender.file.fileName = {log_file}
-appender.file.layout.type = PatternLayout
-appender.file.layout.pattern = %d{{yy/MM/dd HH:mm:ss}} %p %c{{1}}: %m%n
-rootLogger.level = WARN
-rootLogger.appenderRef.file.ref = file
-"""
-
-
-def _log_config(settings: Settings) -> Path:
-    log_dir = (settings.state_dir / "logs").resolve()
-    log_dir.mkdir(parents=True, exist_ok=True)
-    config = log_dir / "log4j2-spark.properties"
-    config.write_text(_LOG4J2_PROPERTIES.format(log_file=log_dir / "spark.log"))
-    return config
-
 
 def connector_jars(jars_dir: Path) -> list[Path]:
     jars = sorted(jars_dir.glob("*.jar"))
@@ -80,7 +60,10 @@ def spark_session(settings: Settings):  # -> pyspark.sql.SparkSession (import is
     from pyspark.sql import SparkSession
 
     conf = spark_conf(settings)
-    conf.setdefault("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={_log_config(settings)}")
+    # Spark's own log goes to a file, so the terminal is left to Wayline's live views.
+    log_dir = (settings.state_dir / "logs").resolve()
+    log_config = write_log4j2_config(log_dir / "log4j2-spark.properties", log_dir / "spark.log", "WARN")
+    conf.setdefault("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={log_config}")
     running = SparkSession.getActiveSession()
     if running is not None:
         started_with = running.sparkContext.getConf().get("spark.jars", "")

@@ -1,14 +1,13 @@
 from typing import Annotated
 
-from fastapi import APIRouter, Body, Header, Response
+from fastapi import APIRouter, Body, Response
 
-from wayline.api.deps import DB, CallerDep, PagingDep
+from wayline.api.deps import CallerDep, DB, IdempotencyKey, PagingDep
 from wayline.api.idempotency import create_once
 from wayline.registry import catalog
 from wayline.registry.access import Page
 
 router = APIRouter(tags=["catalog"])
-IdempotencyKey = Annotated[str | None, Header(alias="Idempotency-Key", max_length=200)]
 
 
 @router.put("/tenants", tags=["catalog"])

@@ -1,14 +1,11 @@
-from typing import Annotated
+from fastapi import APIRouter, Response
 
-from fastapi import APIRouter, Header, Response
-
-from wayline.api.deps import DB, CallerDep, PagingDep
+from wayline.api.deps import CallerDep, DB, IdempotencyKey, PagingDep
 from wayline.api.idempotency import create_once
 from wayline.registry import customer
 from wayline.registry.access import Page
 
 router = APIRouter(prefix="/customers", tags=["customers"])
-IdempotencyKey = Annotated[str | None, Header(alias="Idempotency-Key", max_length=200)]
 
 
 @router.post("", status_code=201, response_model=customer.CustomerOut)

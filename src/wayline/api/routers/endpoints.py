@@ -1,14 +1,11 @@
-from typing import Annotated
+from fastapi import APIRouter, Response
 
-from fastapi import APIRouter, Header, Response
-
-from wayline.api.deps import DB, CallerDep, EndpointsDep, PagingDep
+from wayline.api.deps import CallerDep, DB, EndpointsDep, IdempotencyKey, PagingDep
 from wayline.api.idempotency import create_once
 from wayline.registry.access import Page
 from wayline.registry.endpoint import EndpointIn, EndpointOut, EndpointPatch, RotateIn, SecretOut
 
 router = APIRouter(prefix="/endpoints", tags=["endpoints"])
-IdempotencyKey = Annotated[str | None, Header(alias="Idempotency-Key", max_length=200)]
 
 
 @router.post("", status_code=201, response_model=EndpointOut)
