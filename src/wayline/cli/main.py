@@ -135,6 +135,50 @@ def run_inspect() -> None:
     _watch_inspect(Settings())
 
 
+@run_app.command("delivery")
+@guarded
+def run_delivery() -> None:
+    """Deliver matched events to subscribed endpoints, signed (streaming mode); metrics on /metrics."""
+    from wayline.api.app import endpoint_service
+    from wayline.delivery.metrics import DeliveryMetrics, serve_metrics
+    from wayline.delivery.outcomes import Outcome
+    from wayline.pipelines.delivery import start_delivery
+    from wayline.registry.db import Database, make_engine
+    from wayline.stack.spark import spark_session
+
+    settings = Settings()
+    metrics = DeliveryMetrics()
+    server = serve_metrics(metrics, settings.delivery.metrics_host, settings.delivery.metrics_port)
+    engine = make_engine(settings)
+    try:
+        with console.status("starting Spark…"):
+            spark = spark_session(settings)
+        query = start_delivery(spark, settings, Database(engine), endpoint_service(settings), metrics)
+        console.print(f"delivering; metrics at {server.url}; Ctrl-C stops")
+        try:
+            with console.status("waiting for events…") as status:
+                while query.isActive:
+                    seen = metrics.overview()
+                    status.update(
+                        f"{seen.batches:,} micro-batches · {seen.events:,} events · "
+                        f"{seen.deliveries[Outcome.DELIVERED]:,} delivered · "
+                        f"{seen.deliveries[Outcome.RETRIED]:,} to retry · "
+                        f"{seen.filtered:,} filtered · {seen.quarantined:,} quarantined"
+                    )
+                    # Not awaitTermination: Ctrl-C must land outside a call into the JVM.
+                    time.sleep(0.5)
+            if query.exception() is not None:
+                raise WaylineError(f"the delivery query failed: {query.exception()}")
+        except KeyboardInterrupt:
+            console.print("stopping…")
+        finally:
+            query.stop()
+            spark.stop()
+    finally:
+        server.close()
+        engine.dispose()
+
+
 @serve_app.command("admin")
 @guarded
 def serve_admin(

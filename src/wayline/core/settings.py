@@ -87,6 +87,45 @@ class ApiSettings(_Section):
     port: int = 8080
 
 
+class DeliverySettings(_Section):
+    stage_deadline_s: float = Field(
+        default=5.0, gt=0, description="a send stage hands what is unfinished by then to the retry store"
+    )
+    version_poll_s: float = Field(
+        default=2.0, gt=0, description="the registry version is read at most this often, between micro-batches"
+    )
+    trigger_interval_s: float = Field(default=0.5, gt=0, description="a micro-batch starts at most this often")
+    send_partitions: int = Field(
+        default=2, ge=1, description="tasks the matched pairs are spread over, by endpoint, for sending"
+    )
+    # The delay before each attempt, from the first (0: at once); the length is the number of attempts.
+    retry_schedule_s: list[float] = Field(
+        default_factory=lambda: [0.0, 5.0, 300.0, 1800.0, 7200.0, 18_000.0, 36_000.0, 36_000.0], min_length=1
+    )
+    retry_jitter: float = Field(default=0.2, ge=0, lt=1)
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int = Field(
+        default=9464, ge=0, le=65_535, description="the driver's Prometheus /metrics; 0: any free port"
+    )
+
+
+class RulesSettings(_Section):
+    control_topic: str = Field(
+        default="wayline.rules.control", description="compacted topic of rule definitions, keyed by rule name"
+    )
+    version_poll_s: float = Field(default=1.0, gt=0, description="the rules version is read at most this often")
+    trigger_interval_s: float = Field(default=0.5, gt=0, description="a micro-batch starts at most this often")
+    allowed_lateness_s: float = Field(
+        default=5.0, ge=0, description="the watermark trails the newest event time by this much"
+    )
+    shards: int = Field(
+        default=64, ge=1, description="stateful operator keys per partition-key column; each holds many partition keys"
+    )
+    default_state_budget: int = Field(default=1_000_000, ge=1, description="state entries a rule may hold")
+    default_time_budget_ms: int = Field(default=2_000, ge=1, description="evaluation time a rule may use per micro-batch")
+    output_partitions: int = Field(default=2, ge=1, description="partitions of an output topic the job creates")
+
+
 class StackSettings(_Section):
     broker_jars_dir: Path = Path("jars/broker")
     broker_heap: str = "1g"
@@ -106,7 +145,9 @@ class Settings(BaseSettings):
     envelope: EnvelopeSettings = EnvelopeSettings()
     registry: RegistrySettings = RegistrySettings()
     api: ApiSettings = ApiSettings()
+    delivery: DeliverySettings = DeliverySettings()
     stack: StackSettings = StackSettings()
+    rules: RulesSettings = RulesSettings()
 
     @classmethod
     def settings_customise_sources(
@@ -168,7 +209,9 @@ class Settings(BaseSettings):
 __all__ = [
     "ApiSettings",
     "CONFIG_FILE_ENV",
+    "DeliverySettings",
     "RegistrySettings",
+    "RulesSettings",
     "EnvelopeSettings",
     "KafkaSettings",
     "PostgresSettings",

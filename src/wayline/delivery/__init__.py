@@ -12,8 +12,15 @@ call these on groups and Arrow batches):
 - ``dispatch``     a group of sends under one deadline, with per-endpoint limits
 - ``http_client``  the aiohttp transport
 - ``auth``         Basic, Bearer and OAuth2 client-credentials headers
+- ``targets``      an endpoint as a sending task needs it (picklable, auth bound per task)
+- ``stage``        one task's deliveries under one deadline: skip settled, send, settle, record
+- ``store``        the delivery log and the retry store (PostgreSQL)
+- ``outcomes``     tallies per endpoint and subscription, and the micro-batch summary
+- ``metrics``      the Prometheus view of the summaries
+- ``holder``       the registry snapshot in use, swapped when the registry version moves
 
-Only ``http_client`` imports an HTTP library.
+Only ``http_client`` imports an HTTP client; ``metrics`` serves ``/metrics`` with
+prometheus-client, and ``store`` is the one module that talks to PostgreSQL.
 """
 
 from wayline.delivery.attempt import (
@@ -46,7 +53,10 @@ from wayline.delivery.batch import (
 )
 from wayline.delivery.circuit import CircuitBreaker, CircuitBreakers, CircuitSettings, CircuitState
 from wayline.delivery.dispatch import Dispatcher, TokenBucket
+from wayline.delivery.holder import SnapshotHolder, Versioned
 from wayline.delivery.http_client import AiohttpTransport, HttpSettings
+from wayline.delivery.metrics import DeliveryMetrics, MetricsServer, Overview, serve_metrics
+from wayline.delivery.outcomes import BatchSummary, Outcome, PairTally, Tally, failure_reason
 from wayline.delivery.retry import DEFAULT_SCHEDULE, Random, RetryPolicy, Verdict, classify, next_attempt_at
 from wayline.delivery.signing import (
     ID_HEADER,
@@ -58,6 +68,9 @@ from wayline.delivery.signing import (
     sign,
     signed_headers,
 )
+from wayline.delivery.stage import StageSettings, run_stage
+from wayline.delivery.store import DeliveryLogEntry, DeliveryStore, PostgresDeliveryStore, RetryEntry, describe
+from wayline.delivery.targets import Target, target_of
 from wayline.delivery.transport import (
     Auth,
     Endpoint,
@@ -83,6 +96,7 @@ __all__ = [
     "BatchItem",
     "BatchKey",
     "BatchLimits",
+    "BatchSummary",
     "Batcher",
     "BearerAuth",
     "CircuitBreaker",
@@ -92,6 +106,9 @@ __all__ = [
     "ClientCredentials",
     "DeadLetterReason",
     "DeadLettered",
+    "DeliveryLogEntry",
+    "DeliveryMetrics",
+    "DeliveryStore",
     "Dispatcher",
     "Endpoint",
     "EndpointLimits",
@@ -100,28 +117,44 @@ __all__ = [
     "Gone",
     "HttpSettings",
     "Kind",
+    "MetricsServer",
     "OAuth2ClientCredentials",
+    "Outcome",
+    "Overview",
+    "PairTally",
     "Pending",
     "PendingState",
+    "PostgresDeliveryStore",
     "Random",
     "Request",
     "Response",
     "Result",
+    "RetryEntry",
     "RetryPolicy",
     "Secret",
+    "SnapshotHolder",
+    "StageSettings",
     "State",
     "Succeeded",
+    "Tally",
+    "Target",
     "TokenBucket",
     "TokenError",
     "Transport",
     "Verdict",
+    "Versioned",
     "WillRetry",
     "batch_message_id",
     "classify",
+    "describe",
+    "failure_reason",
     "message_id",
     "next_attempt_at",
+    "run_stage",
+    "serve_metrics",
     "settle",
     "shard_for",
     "sign",
     "signed_headers",
+    "target_of",
 ]

