@@ -63,10 +63,10 @@ def test_batch_summaries_add_up() -> None:
     tally.skipped(pending("e1"))
     total = BatchSummary()
     for version in (3, 4):
-        total.merge(BatchSummary(events=10, quarantined=Counter(oversize=1), filtered=2, unsent=Counter(batch=5),
+        total.merge(BatchSummary(events=10, quarantined=Counter(oversize=1), filtered=2, held=5,
                                  deliveries=tally, batches=1, registry_version=version))
     assert (total.events, total.filtered, total.batches, total.registry_version) == (20, 4, 2, 4)
-    assert total.quarantined == Counter(oversize=2) and total.unsent == Counter(batch=10)
+    assert total.quarantined == Counter(oversize=2) and total.held == 10
     assert total.deliveries.total(Outcome.SKIPPED) == 2
 
 

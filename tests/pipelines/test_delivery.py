@@ -6,12 +6,13 @@ acts, and the tests below each check one promise against what it recorded:
 
 1. the query runs on a processing-time trigger; the events produced before it started
    make its first micro-batch: every subscription level with filters, signed requests
-   with three kinds of endpoint auth, a hanging endpoint, one that answers 410, a
-   batch-mode subscription, binary-mode events, a duplicate and malformed records;
+   with three kinds of endpoint auth, a hanging endpoint, one that answers 410, two
+   batch-mode subscriptions on one endpoint (one fills batches, one waits for max_wait),
+   binary-mode events, a duplicate and malformed records;
 2. while it runs, a subscription is added and one disabled, and more events follow;
-3. the query is stopped, its last micro-batch's commit deleted (a crash after the sends,
-   before the commit), and the query started again on the same checkpoint: it replays
-   that micro-batch.
+3. the job is stopped, its matching query's last commit deleted (a crash after the
+   sends, before the commit), and the job started again on the same checkpoints: it
+   replays that micro-batch.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from wayline.core.kafka import ensure_topics
 from wayline.core.settings import DeliverySettings, Settings
 from wayline.delivery.metrics import DeliveryMetrics, serve_metrics
 from wayline.delivery.outcomes import BatchSummary, Outcome
-from wayline.delivery.signing import Secret, message_id
+from wayline.delivery.signing import Secret, batch_message_id, message_id
 from wayline.delivery.store import GONE_REASON, DeliveryLogEntry, RetryEntry
 from wayline.registry import catalog, customer, subscription
 from wayline.registry.access import ADMIN
@@ -76,6 +77,8 @@ class Sub:
     subtenants: frozenset[tuple[str, str]] | None = None  # level c
     filter: dict[str, Any] | None = None
     mode: subscription.Mode = "streaming"
+    max_count: int | None = None
+    max_wait_ms: int | None = None
 
     def wants(self, event: dict[str, Any]) -> bool:
         in_scope = event["type"] in self.types and (
@@ -92,7 +95,7 @@ class Sub:
         return subscription.SubscriptionIn(
             endpoint_id=endpoint_id, event_types=sorted(self.types), tenant_scope=scope,
             tenants=sorted(self.tenants or ()), subtenants=sorted(self.subtenants or ()), filter=self.filter,
-            mode=self.mode,
+            mode=self.mode, max_count=self.max_count, max_wait_ms=self.max_wait_ms,
         )
 
 
@@ -104,8 +107,13 @@ SUBS = {
                                filter={"data.amount": {"$lt": 100}}),
     "hangs": Sub("hang", frozenset({Y})),
     "gone": Sub("gone", frozenset({X}), tenants=frozenset({"dl-c"})),
-    "batched": Sub("batch", frozenset({X}), mode="batch"),
+    # 13 distinct X events in act 1: three full batches at once, the 13th after max_wait.
+    "batched": Sub("batch", frozenset({X}), mode="batch", max_count=4, max_wait_ms=1000),
+    # 2 Y events of dl-b in act 1: one batch of two after max_wait.
+    "batched-slow": Sub("batch", frozenset({Y}), tenants=frozenset({"dl-b"}), mode="batch", max_count=100,
+                        max_wait_ms=1500),
 }
+BATCHED = ("batched", "batched-slow")
 ADDED = ("shipped", Sub("bearer", frozenset({Z})))  # act 2
 DISABLED = "hangs"  # act 2
 
@@ -174,6 +182,14 @@ def expected(records: list[KafkaRecord], subs: dict[str, Sub], ids: dict[str, st
     return wanted
 
 
+def expected_batched(records: list[KafkaRecord], subs: dict[str, Sub]) -> dict[str, set[str]]:
+    """Event ids per batch-mode subscription."""
+    return {
+        name: {r.event["id"] for r in records if r.event is not None and sub.wants(r.event)}
+        for name, sub in subs.items() if sub.mode == "batch"
+    }
+
+
 def produce(bootstrap: str, records: list[KafkaRecord]) -> None:
     producer = Producer({"bootstrap.servers": bootstrap})
     for n, record in enumerate(records):
@@ -202,11 +218,36 @@ class Scenario:
     def on(self, endpoint: str, act: int = 3) -> list[Received]:
         return [r for r in self.received[act] if r.path == f"/{endpoint}"]
 
+    def subs(self, act: int) -> dict[str, Sub]:
+        if act == 1:
+            return dict(SUBS)
+        return {name: sub for name, sub in SUBS.items() if name not in (DISABLED, "gone")} | dict([ADDED])
+
     def wanted(self, act: int) -> dict[str, set[str]]:
-        subs = dict(SUBS)
-        if act >= 2:
-            subs = {name: sub for name, sub in subs.items() if name not in (DISABLED, "gone")} | dict([ADDED])
-        return expected(self.acts[act], subs, self.subscription_ids)
+        return expected(self.acts[act], self.subs(act), self.subscription_ids)
+
+    def batched(self, act: int) -> dict[str, set[str]]:
+        return expected_batched(self.acts[act], self.subs(act))
+
+    def batches(self, requests: list[Received] | None = None) -> list[tuple[str, list[dict[str, Any]], Received]]:
+        """Each batch request (by the end, or among ``requests``): the subscription its
+        webhook id names, its events, the request."""
+        received = [r for r in (self.received[3] if requests is None else requests) if r.path == "/batch"]
+        named = []
+        for request in received:
+            events = orjson.loads(request.body)
+            for name in BATCHED:
+                if request.headers["webhook-id"] == batch_message_id(self.subscription_ids[name],
+                                                                      [e["id"] for e in events]):
+                    named.append((name, events, request))
+        assert len(named) == len(received), "every batch's id names one subscription and its events"
+        return named
+
+    def batched_arrived(self, act: int) -> bool:
+        got: dict[str, set[str]] = {name: set() for name in BATCHED}
+        for name, events, _ in self.batches(list(self.recorder.requests)):
+            got[name] |= {e["id"] for e in events}
+        return all(got[name] >= ids for name, ids in self.batched(act).items())
 
 
 def wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 120) -> None:
@@ -231,7 +272,7 @@ def scenario(api_settings: Settings, database, spark, tmp_path_factory: pytest.T
         # One sending task: the hanging endpoint shares it (and its event loop) with the fast
         # ones, so keeping them apart is the dispatcher's job. The replay uses two tasks.
         "delivery": DeliverySettings(stage_deadline_s=DEADLINE_S, version_poll_s=0.5, trigger_interval_s=0.5,
-                                     send_partitions=1),
+                                     send_partitions=1, batch_shards=1),
     })
     bootstrap = settings.kafka_bootstrap()
     ensure_topics(bootstrap, TOPICS, 2)
@@ -290,9 +331,10 @@ def scenario(api_settings: Settings, database, spark, tmp_path_factory: pytest.T
         # Act 1: the first micro-batch holds every record produced so far.
         metrics = DeliveryMetrics()
         server = serve_metrics(metrics, "127.0.0.1", 0)
-        query = start_delivery(spark, settings, database, endpoints, metrics, checkpoint=checkpoint)
+        job = start_delivery(spark, settings, database, endpoints, metrics, checkpoint=checkpoint)
         try:
-            wait_for(lambda: rows_seen(metrics) == len(acts[1]) or not query.isActive, "act 1")
+            wait_for(lambda: (rows_seen(metrics) == len(acts[1]) and record.batched_arrived(1)) or not job.isActive,
+                     "act 1")
             record.received[1] = list(recorder.requests)
             record.totals[1] = metrics.totals()
 
@@ -302,7 +344,8 @@ def scenario(api_settings: Settings, database, spark, tmp_path_factory: pytest.T
                     s, ADMIN, ADDED[1].body(endpoint_ids[ADDED[1].endpoint])).id
                 subscription.update(s, ADMIN, subscription_ids[DISABLED], subscription.SubscriptionPatch(enabled=False))
             produce(bootstrap, acts[2])
-            wait_for(lambda: rows_seen(metrics) == len(acts[1]) + len(acts[2]) or not query.isActive, "act 2")
+            wait_for(lambda: (rows_seen(metrics) == len(acts[1]) + len(acts[2]) and record.batched_arrived(2))
+                     or not job.isActive, "act 2")
             record.received[2] = list(recorder.requests)
             record.totals[2] = metrics.totals()
             text = urllib.request.urlopen(server.url, timeout=10).read().decode()
@@ -310,13 +353,13 @@ def scenario(api_settings: Settings, database, spark, tmp_path_factory: pytest.T
                 (sample.name, tuple(sorted(sample.labels.items()))): sample.value
                 for family in text_string_to_metric_families(text) for sample in family.samples
             }
-            assert query.isActive and query.exception() is None, query.exception()
+            assert job.isActive and job.exception() is None, job.exception()
         finally:
-            query.stop()
+            job.stop()
             server.close()
 
         # Act 3: as if the job crashed after its last micro-batch's sends, before the commit.
-        commits = checkpoint / "commits"
+        commits = checkpoint / "matching" / "commits"
         last = max(int(p.name) for p in commits.iterdir() if p.name.isdigit())
         (commits / str(last)).unlink()
         (commits / f".{last}.crc").unlink(missing_ok=True)
@@ -324,9 +367,9 @@ def scenario(api_settings: Settings, database, spark, tmp_path_factory: pytest.T
         two_tasks = settings.model_copy(update={"delivery": settings.delivery.model_copy(update={"send_partitions": 2})})
         replay = start_delivery(spark, two_tasks, database, endpoints, replay_metrics, checkpoint=checkpoint,
                                 available_now=True)
-        replay.awaitTermination(120)
+        replay.await_termination(120)
         assert replay.exception() is None, replay.exception()
-        record.replayed_rows = sum(p.numInputRows for p in replay.recentProgress)
+        record.replayed_rows = sum(p.numInputRows for p in replay.matching.recentProgress)
         record.received[3] = list(recorder.requests)
         record.totals[3] = replay_metrics.totals()
 
@@ -355,8 +398,33 @@ def test_each_endpoint_receives_exactly_its_events_once(scenario: Scenario) -> N
         wanted = scenario.wanted(1).get(endpoint, set()) | scenario.wanted(2).get(endpoint, set())
         got = ids_of(scenario.on(endpoint))
         assert Counter(got) == Counter(wanted), endpoint
-    assert scenario.on("batch") == [], "batch-mode subscriptions are not this stage's"
-    assert scenario.log_ids == {i for e in FAST for act in (1, 2) for i in scenario.wanted(act).get(e, set())}
+    assert scenario.log_ids == {i for e in FAST for act in (1, 2) for i in scenario.wanted(act).get(e, set())} | {
+        request.headers["webhook-id"] for _, _, request in scenario.batches()}
+
+
+def test_batches_hold_each_event_once_and_never_mix_subscriptions(scenario: Scenario) -> None:
+    by_id = {r.event["id"]: r for act in (1, 2) for r in scenario.acts[act] if r.event is not None}
+    for name in BATCHED:
+        got = Counter(e["id"] for sub, events, _ in scenario.batches() if sub == name for e in events)
+        assert got == Counter(scenario.batched(1)[name] | scenario.batched(2)[name]), name
+    for name, events, request in scenario.batches():
+        assert all(SUBS[name].wants(by_id[e["id"]].event) for e in events)
+        assert events == [as_sent(by_id[e["id"]]) for e in events], "each item is the structured CloudEvent"
+        assert request.headers["content-type"] == "application/cloudevents-batch+json"
+        Webhook(scenario.secrets["batch"][0].text).verify(request.body, request.headers)
+
+
+def test_a_batch_goes_out_when_full_or_after_max_wait(scenario: Scenario) -> None:
+    first = [(name, events, r) for name, events, r in scenario.batches(scenario.received[1])]
+    full = [r for name, events, r in first if name == "batched" and len(events) == 4]
+    rest = [(name, len(events), r) for name, events, r in first if len(events) < SUBS[name].max_count]
+    assert len(full) == 3, "13 events, max_count 4: three full batches"
+    assert sorted((name, size) for name, size, _ in rest) == [("batched", 1), ("batched-slow", 2)]
+    sent_at = min(r.at for r in full)
+    for name, _, request in rest:
+        waited = request.at - sent_at
+        # The wait starts when the batching query takes the leftovers, just after the full batches went out.
+        assert SUBS[name].max_wait_ms / 1000 - 0.5 < waited < SUBS[name].max_wait_ms / 1000 + 10, (name, waited)
 
 
 def test_every_request_is_signed_by_every_active_secret_and_authenticated(scenario: Scenario) -> None:
@@ -376,6 +444,17 @@ def test_every_request_is_signed_by_every_active_secret_and_authenticated(scenar
     assert oauth_tokens and all(t.startswith("Bearer tok-") for t in oauth_tokens)
 
 
+def as_sent(record: KafkaRecord) -> dict[str, Any]:
+    """The structured CloudEvent an endpoint should get for a record: the value itself, or
+    for binary mode every ``ce_`` attribute (first of a repeat, as text) and the data."""
+    assert record.event is not None
+    if not record.headers:
+        return orjson.loads(record.value)
+    attributes = {k: str(v) for k, v in record.event.items() if k != "data"}
+    extensions = {"traceparent": "00-abc-01"} if record.event["id"] == "p1-bin-1" else {}
+    return {**attributes, **extensions, "data": record.event["data"]}
+
+
 def test_bodies_are_the_structured_cloudevents(scenario: Scenario) -> None:
     sent = {}
     for act in (1, 2):
@@ -392,10 +471,7 @@ def test_bodies_are_the_structured_cloudevents(scenario: Scenario) -> None:
                 assert request.body == record.value, "structured events go out byte for byte"
                 continue
             checked_binary += 1
-            attributes = {k: v for k, v in record.event.items() if k != "data"}
-            body = orjson.loads(request.body)
-            extensions = {"traceparent": "00-abc-01"} if record.event["id"] == "p1-bin-1" else {}
-            assert body == {**{k: str(v) for k, v in attributes.items()}, **extensions, "data": record.event["data"]}
+            assert orjson.loads(request.body) == as_sent(record)
     assert checked_binary == 4  # each binary event reaches two of the fast endpoints
 
 
@@ -444,7 +520,7 @@ def test_malformed_records_are_quarantined_and_unmatched_events_counted(scenario
     first = scenario.totals[1]
     assert first.quarantined == Counter({reason.value: 1 for reason in MALFORMED})
     assert first.filtered == 1
-    assert first.unsent["batch"] > 0
+    assert first.held == 1 + 2, "the 13th event of 'batched' and both of 'batched-slow' waited"
 
 
 def test_metrics_are_served_per_endpoint_and_subscription(scenario: Scenario) -> None:

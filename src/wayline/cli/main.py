@@ -138,7 +138,7 @@ def run_inspect() -> None:
 @run_app.command("delivery")
 @guarded
 def run_delivery() -> None:
-    """Deliver matched events to subscribed endpoints, signed (streaming mode); metrics on /metrics."""
+    """Deliver matched events to subscribed endpoints, signed, one by one or in batches; metrics on /metrics."""
     from wayline.api.app import endpoint_service
     from wayline.delivery.metrics import DeliveryMetrics, serve_metrics
     from wayline.delivery.outcomes import Outcome
@@ -153,26 +153,26 @@ def run_delivery() -> None:
     try:
         with console.status("starting Spark…"):
             spark = spark_session(settings)
-        query = start_delivery(spark, settings, Database(engine), endpoint_service(settings), metrics)
+        job = start_delivery(spark, settings, Database(engine), endpoint_service(settings), metrics)
         console.print(f"delivering; metrics at {server.url}; Ctrl-C stops")
         try:
             with console.status("waiting for events…") as status:
-                while query.isActive:
+                while job.isActive:
                     seen = metrics.overview()
                     status.update(
                         f"{seen.batches:,} micro-batches · {seen.events:,} events · "
                         f"{seen.deliveries[Outcome.DELIVERED]:,} delivered · "
-                        f"{seen.deliveries[Outcome.RETRIED]:,} to retry · "
+                        f"{seen.deliveries[Outcome.RETRIED]:,} to retry · {seen.held:,} waiting for a batch · "
                         f"{seen.filtered:,} filtered · {seen.quarantined:,} quarantined"
                     )
                     # Not awaitTermination: Ctrl-C must land outside a call into the JVM.
                     time.sleep(0.5)
-            if query.exception() is not None:
-                raise WaylineError(f"the delivery query failed: {query.exception()}")
+            if job.exception() is not None:
+                raise WaylineError(f"the delivery job failed: {job.exception()}")
         except KeyboardInterrupt:
             console.print("stopping…")
         finally:
-            query.stop()
+            job.stop()
             spark.stop()
     finally:
         server.close()

@@ -5,6 +5,7 @@ call these on groups and Arrow batches):
 
 - ``signing``      Standard Webhooks headers, ``whsec_`` secrets, stable webhook ids
 - ``batch``        count-or-time batching per subscription shard; the CloudEvents batch body
+- ``bucket``       many batch keys' pending items as one state value, with a replay guard
 - ``retry``        outcome classification and the retry schedule (``next_attempt_at``)
 - ``attempt``      one frozen type per delivery state; ``settle`` moves between them
 - ``circuit``      per-endpoint circuit breakers
@@ -51,7 +52,8 @@ from wayline.delivery.batch import (
     PendingState,
     shard_for,
 )
-from wayline.delivery.circuit import CircuitBreaker, CircuitBreakers, CircuitSettings, CircuitState
+from wayline.delivery.bucket import Bucket, Bundle, ReadyBatch, Source
+from wayline.delivery.circuit import CircuitBreaker, CircuitBreakers, CircuitSettings, CircuitState, process_breakers
 from wayline.delivery.dispatch import Dispatcher, TokenBucket
 from wayline.delivery.holder import SnapshotHolder, Versioned
 from wayline.delivery.http_client import AiohttpTransport, HttpSettings
@@ -99,6 +101,8 @@ __all__ = [
     "BatchSummary",
     "Batcher",
     "BearerAuth",
+    "Bucket",
+    "Bundle",
     "CircuitBreaker",
     "CircuitBreakers",
     "CircuitSettings",
@@ -126,6 +130,7 @@ __all__ = [
     "PendingState",
     "PostgresDeliveryStore",
     "Random",
+    "ReadyBatch",
     "Request",
     "Response",
     "Result",
@@ -133,6 +138,7 @@ __all__ = [
     "RetryPolicy",
     "Secret",
     "SnapshotHolder",
+    "Source",
     "StageSettings",
     "State",
     "Succeeded",
@@ -150,6 +156,7 @@ __all__ = [
     "failure_reason",
     "message_id",
     "next_attempt_at",
+    "process_breakers",
     "run_stage",
     "serve_metrics",
     "settle",

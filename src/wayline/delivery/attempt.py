@@ -20,7 +20,7 @@ from enum import StrEnum
 from wayline.core.envelope import STRUCTURED_CONTENT_TYPE
 from wayline.delivery.batch import BATCH_CONTENT_TYPE, Batch
 from wayline.delivery.retry import DEFAULT_RETRY_POLICY, Random, RetryPolicy, Verdict, classify, next_attempt_at
-from wayline.delivery.signing import Secret, message_id, signed_headers
+from wayline.delivery.signing import Secret, batch_message_id, message_id, signed_headers
 from wayline.delivery.transport import Endpoint, Request, Response, Result
 
 
@@ -55,30 +55,36 @@ class Pending:
     due_at: datetime
 
     @classmethod
-    def single(cls, event_id: str, body: bytes, *, subscription_id: str, endpoint_id: str, now: datetime) -> Pending:
+    def first(
+        cls, kind: Kind, event_ids: Sequence[str], body: bytes, *, subscription_id: str, endpoint_id: str,
+        now: datetime,
+    ) -> Pending:
+        """A delivery not yet tried: one event, or a batch whose ``body`` holds ``event_ids``."""
+        if kind is Kind.SINGLE:
+            (event_id,) = event_ids
+            webhook_id = message_id(event_id, subscription_id)
+        else:
+            webhook_id = batch_message_id(subscription_id, event_ids)
         return cls(
-            kind=Kind.SINGLE,
-            webhook_id=message_id(event_id, subscription_id),
+            kind=kind,
+            webhook_id=webhook_id,
             endpoint_id=endpoint_id,
             subscription_id=subscription_id,
-            event_ids=(event_id,),
+            event_ids=tuple(event_ids),
             payload=body,
             attempts=0,
             due_at=now,
         )
 
     @classmethod
+    def single(cls, event_id: str, body: bytes, *, subscription_id: str, endpoint_id: str, now: datetime) -> Pending:
+        return cls.first(Kind.SINGLE, (event_id,), body, subscription_id=subscription_id, endpoint_id=endpoint_id,
+                         now=now)
+
+    @classmethod
     def batch(cls, batch: Batch, *, endpoint_id: str, now: datetime) -> Pending:
-        return cls(
-            kind=Kind.BATCH,
-            webhook_id=batch.webhook_id,
-            endpoint_id=endpoint_id,
-            subscription_id=batch.key.subscription_id,
-            event_ids=batch.event_ids,
-            payload=batch.body,
-            attempts=0,
-            due_at=now,
-        )
+        return cls.first(Kind.BATCH, batch.event_ids, batch.body, subscription_id=batch.key.subscription_id,
+                         endpoint_id=endpoint_id, now=now)
 
     def request(self, endpoint: Endpoint, secrets: Sequence[Secret], now: datetime) -> Request:
         """The signed request for an attempt made at ``now``."""

@@ -6,12 +6,15 @@ half-open ──(probe succeeds)──▶ closed        half-open ──(probe f
 
 While open, requests are not sent; the dispatcher hands them to the retry path. The
 clock is injected (monotonic seconds) so every transition is testable without sleeping.
-A breaker lives in one process: each Spark task trips its own, which is enough to
-spare the endpoint, and needs no shared state.
+A breaker lives in one process: each Python worker trips its own, which is enough to
+spare the endpoint, and needs no shared state. :func:`process_breakers` keeps them for
+the life of the process, so a breaker that opened in one micro-batch's task is still
+open in the next task that worker runs (Spark reuses its Python workers).
 """
 
 from __future__ import annotations
 
+import functools
 import time
 from collections import deque
 from collections.abc import Callable
@@ -148,6 +151,12 @@ class CircuitBreakers:
         return breaker
 
 
+@functools.cache
+def process_breakers(settings: CircuitSettings) -> CircuitBreakers:
+    """This process's breakers for ``settings``, the same object on every call."""
+    return CircuitBreakers(settings)
+
+
 __all__ = [
     "DEFAULT_CONSECUTIVE_FAILURES",
     "DEFAULT_COOL_DOWN_S",
@@ -159,4 +168,5 @@ __all__ = [
     "CircuitSettings",
     "CircuitState",
     "Clock",
+    "process_breakers",
 ]

@@ -11,6 +11,7 @@ must succeed.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from typing import Generic, Protocol, TypeVar
@@ -46,8 +47,14 @@ class SnapshotHolder(Generic[_S]):
         self._clock = clock
         self._held: _S | None = None
         self._polled_at = 0.0
+        # Several queries of one job ask from their own threads.
+        self._lock = threading.Lock()
 
     def current(self) -> _S:
+        with self._lock:
+            return self._current()
+
+    def _current(self) -> _S:
         now = self._clock()
         if self._held is None:
             self._held = self._load()

@@ -32,6 +32,7 @@ class Overview:
     events: int
     filtered: int
     quarantined: int
+    held: int
     deliveries: Counter[Outcome]
 
 
@@ -56,7 +57,7 @@ class DeliveryMetrics(Collector):
             totals = self._totals
             return Overview(
                 batches=totals.batches, events=totals.events, filtered=totals.filtered,
-                quarantined=sum(totals.quarantined.values()),
+                quarantined=sum(totals.quarantined.values()), held=totals.held,
                 deliveries=Counter({outcome: totals.deliveries.total(outcome) for outcome in Outcome}),
             )
 
@@ -108,11 +109,6 @@ class DeliveryMetrics(Collector):
         )
         for reason, count in totals.quarantined.items():
             quarantined.add_metric([reason], count)
-        unsent = CounterMetricFamily(
-            "wayline_pairs_unsent", "Matched pairs of a delivery mode this job has no stage for", labels=["mode"],
-        )
-        for mode, count in totals.unsent.items():
-            unsent.add_metric([mode], count)
         return [
             deliveries,
             failures,
@@ -121,7 +117,8 @@ class DeliveryMetrics(Collector):
             CounterMetricFamily("wayline_events_filtered", "Valid events that matched no subscription",
                                 value=totals.filtered),
             quarantined,
-            unsent,
+            CounterMetricFamily("wayline_batch_pairs_held", "Batch-mode pairs handed to the batching query to wait",
+                                value=totals.held),
             CounterMetricFamily("wayline_micro_batches", "Micro-batches processed", value=totals.batches),
             GaugeMetricFamily("wayline_registry_version", "Registry version of the snapshot in use",
                               value=totals.registry_version),

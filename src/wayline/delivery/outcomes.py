@@ -162,8 +162,8 @@ class BatchSummary:
     """Records sent to quarantine, by reason."""
     filtered: int = 0
     """Valid events that matched no subscription."""
-    unsent: Counter[str] = field(default_factory=Counter)
-    """Matched pairs of a delivery mode this job has no stage for, by mode."""
+    held: int = 0
+    """Batch-mode pairs handed to the batching query, to wait for a full batch or ``max_wait``."""
     deliveries: Tally = field(default_factory=Tally)
     batches: int = 0
     registry_version: int = 0
@@ -172,7 +172,7 @@ class BatchSummary:
         self.events += other.events
         self.quarantined.update(other.quarantined)
         self.filtered += other.filtered
-        self.unsent.update(other.unsent)
+        self.held += other.held
         self.deliveries.merge(other.deliveries)
         self.batches += other.batches
         self.registry_version = other.registry_version

@@ -24,7 +24,7 @@ from datetime import datetime, timedelta, timezone
 
 from wayline.core.settings import DeliverySettings
 from wayline.delivery.attempt import Pending, settle
-from wayline.delivery.circuit import CircuitBreakers, CircuitSettings
+from wayline.delivery.circuit import CircuitSettings, process_breakers
 from wayline.delivery.dispatch import Dispatcher
 from wayline.delivery.outcomes import Tally
 from wayline.delivery.retry import DEFAULT_RETRY_POLICY, Random, RetryPolicy
@@ -122,7 +122,7 @@ async def _attempt(
                 if endpoint is None:
                     endpoint = endpoints[target.id] = target.bind(transport)
                 requests.append(pending.request(endpoint, target.secrets, at))
-        dispatcher = Dispatcher(transport, CircuitBreakers(settings.circuit))
+        dispatcher = Dispatcher(transport, process_breakers(settings.circuit))
         answers = iter(await dispatcher.deliver_all(requests, settings.deadline_s))
     return [unsendable[position] if position in unsendable else next(answers) for position in range(len(todo))]
 

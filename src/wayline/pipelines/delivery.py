@@ -1,82 +1,70 @@
 """`wayline run delivery`: every event topic → parse → match → send, one micro-batch at a time.
 
-Each micro-batch (``foreachBatch``, driven from the driver):
+Two streaming queries, started and stopped together (:class:`DeliveryJob`):
+
+*matching* (``foreachBatch``, driven from the driver), per micro-batch:
 
 1. takes the current registry snapshot — swapped when the registry version moved,
    polled at most every ``delivery.version_poll_s`` (:class:`~wayline.delivery.holder.SnapshotHolder`);
 2. parses the records; bad ones go to the quarantine topic unchanged;
 3. matches events to subscriptions (broadcast equi-join plus compiled filters, in the
    JVM) and routes each pair by its subscription's delivery mode;
-4. sends the streaming pairs from the executors: repartitioned by endpoint (so one
-   endpoint's limits hold in one task), then ``mapInArrow`` runs one delivery stage per
-   task (:func:`~wayline.delivery.stage.run_stage`: one aiohttp transport and dispatcher,
-   the stage deadline, the delivery log and retry store written by the task itself);
-5. adds the counts the tasks return to the metrics, and disables in the registry every
+4. batch mode: cuts each subscription shard's pairs into full batches, and hands the
+   leftovers to the batching query over the batch topic (:mod:`wayline.pipelines.batching`);
+5. sends the streaming pairs and the full batches in one send step
+   (:mod:`wayline.pipelines.sending`);
+6. adds the counts the tasks return to the metrics, and disables in the registry every
    subscription whose endpoint answered 410.
 
-Why the tasks write the log and the retry store themselves: the retry store keeps each
-undelivered payload, which would otherwise travel to the driver and be written by one
-process; the driver receives only a few count rows per (endpoint, subscription).
-Outcomes are written before the micro-batch commits, so a replay finds them.
+*batching*: the leftovers wait in a stateful operator until their batch is full or
+``max_wait`` has passed, then go through the same send step.
 
-Batch-mode subscriptions are matched and counted (``wayline_pairs_unsent_total``) but
-not sent: their stage will route the pairs of ``mode = 'batch'`` the same way.
+Both queries share one snapshot holder, one metrics object and the send step, so a
+batch is signed, limited, deadlined and recorded exactly like a single event.
 """
 
 from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Iterator
+import threading
+from collections import Counter
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 
-import pyarrow as pa
-from pydantic import SecretStr
 from pyspark import Broadcast
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.streaming import StreamingQuery
 from sqlalchemy.exc import OperationalError
 
 from wayline.core.envelope import BINARY_PREFIX
 from wayline.core.errors import RejectedInput, RetryLater
-from wayline.core.settings import PostgresSettings, Settings
-from wayline.delivery.attempt import Pending
+from wayline.core.kafka import ensure_topics
+from wayline.core.settings import Settings
+from wayline.delivery.batch import DEFAULT_MAX_COUNT, DEFAULT_MAX_WAIT
+from wayline.delivery.bucket import Source
 from wayline.delivery.holder import SnapshotHolder
-from wayline.delivery.http_client import AiohttpTransport
 from wayline.delivery.metrics import DeliveryMetrics
-from wayline.delivery.outcomes import BatchSummary, Outcome, Tally
-from wayline.delivery.stage import StageSettings, run_stage
-from wayline.delivery.store import PostgresDeliveryStore
+from wayline.delivery.outcomes import BatchSummary, Tally
+from wayline.delivery.stage import StageSettings
 from wayline.delivery.targets import Target, target_of
+from wayline.pipelines.batching import BATCH_TOPIC_CONFIG, bundles, chunk_batch_pairs, full_batches, start_batching
 from wayline.pipelines.envelope import ENVELOPE_COLUMNS, parse_events, quarantine_records
 from wayline.pipelines.matching import match_events, match_keys_frame
+from wayline.pipelines.sending import PartitionSender, send, task_settings
 from wayline.pipelines.source import read_kafka, write_to_kafka
 from wayline.registry import subscription
 from wayline.registry.access import Caller
-from wayline.registry.db import Database, make_engine
+from wayline.registry.db import Database
 from wayline.registry.endpoint import EndpointService
 from wayline.registry.snapshot import Snapshot, load_snapshot
 
 _log = logging.getLogger(__name__)
 
 STREAMING = "streaming"
-ROUTES_SCHEMA = "subscription_id string, endpoint_id string, mode string"
-PAIR_COLUMNS = ("id", "subscription_id", "endpoint_id", "body")
-# The rows of `Tally.rows()`, as each sending task returns them. Arrow is the source of
-# truth: the tasks build their batches with it and have no JVM to parse a DDL string.
-TALLY_SCHEMA = pa.schema([
-    ("endpoint_id", pa.string()),
-    ("subscription_id", pa.string()),
-    *((outcome.value, pa.int64()) for outcome in Outcome),
-    ("gone", pa.int64()),
-    ("failures", pa.map_(pa.string(), pa.int64())),
-    ("latency_sum_s", pa.float64()),
-    ("latency_buckets", pa.list_(pa.int64())),
-])
+BATCH = "batch"
+ROUTES_SCHEMA = "subscription_id string, endpoint_id string, mode string, max_count int, max_wait_ms int"
 # Registry changes the job makes on its own (410 Gone) are an operator's, not a customer's.
 DELIVERY_CALLER = Caller(key_id="wayline-delivery", customer_id=None)
 
@@ -135,58 +123,30 @@ class LiveSnapshot:
 def load_live_snapshot(spark: SparkSession, database: Database, endpoints: EndpointService) -> LiveSnapshot:
     with database.transaction() as session:
         snapshot = load_snapshot(session, endpoints)
+    default_wait_ms = round(DEFAULT_MAX_WAIT.total_seconds() * 1000)
     routes = spark.createDataFrame(
-        [(s.id, s.endpoint_id, s.mode) for s in snapshot.subscriptions.values()], ROUTES_SCHEMA,
+        [
+            (s.id, s.endpoint_id, s.mode, s.max_count or DEFAULT_MAX_COUNT, s.max_wait_ms or default_wait_ms)
+            for s in snapshot.subscriptions.values()
+        ],
+        ROUTES_SCHEMA,
     )
     # Decrypted credentials reach the executors in this broadcast, never in DataFrame rows.
     targets = spark.sparkContext.broadcast({e.id: target_of(e) for e in snapshot.endpoints.values()})
     return LiveSnapshot(snapshot, match_keys_frame(spark, snapshot), routes, targets)
 
 
-class PartitionSender:
-    """The ``mapInArrow`` step: one task's streaming pairs → one delivery stage → its tally rows.
-
-    Holds only picklable values (``settings`` as :func:`task_settings` makes them); the
-    transport, the dispatcher and the database engine are made inside the task and closed
-    before it ends.
-    """
-
-    def __init__(self, targets: Broadcast[dict[str, Target]], settings: Settings, stage: StageSettings) -> None:
-        self._targets = targets
-        self._settings = settings
-        self._stage = stage
-
-    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        now = datetime.now(timezone.utc)
-        # The HTTP edge: per-row Python is where the rows become signed requests anyway.
-        pendings = [
-            Pending.single(row["id"], row["body"], subscription_id=row["subscription_id"],
-                           endpoint_id=row["endpoint_id"], now=now)
-            for batch in batches
-            for row in batch.to_pylist()
-        ]
-        if not pendings:
-            return
-        engine = make_engine(self._settings)
-        try:
-            tally = run_stage(
-                pendings, self._targets.value, PostgresDeliveryStore(engine), AiohttpTransport, self._stage,
-            )
-        finally:
-            engine.dispose()
-        yield pa.RecordBatch.from_pylist(tally.rows(), schema=TALLY_SCHEMA)
-
-
-def task_settings(settings: Settings) -> Settings:
-    """What the sending tasks get of the settings: the database address, resolved here on
-    the driver (executors have no local stack file), and nothing else — no encryption keys."""
-    return Settings.model_construct(postgres=PostgresSettings(dsn=SecretStr(settings.postgres_dsn())))
+def single_deliveries(pairs: DataFrame) -> DataFrame:
+    """Streaming-mode pairs as deliveries (:data:`~wayline.pipelines.sending.SEND_SCHEMA`): one request each."""
+    return pairs.where(F.col("mode") == F.lit(STREAMING)).select(
+        F.lit("single").alias("kind"), "subscription_id", "endpoint_id", F.array("id").alias("event_ids"), "body",
+    )
 
 
 def deliver_micro_batch(
-    batch: DataFrame, live: LiveSnapshot, settings: Settings, sender: PartitionSender,
+    batch: DataFrame, source: Source, live: LiveSnapshot, settings: Settings, sender: PartitionSender,
 ) -> BatchSummary:
-    """Quarantine, match and send one micro-batch (streaming pairs through ``sender``); what happened, in counts."""
+    """Quarantine, match and send one micro-batch; batch-mode leftovers to the batch topic. What happened, in counts."""
     parsed = parse_events(batch, max_bytes=settings.envelope.max_bytes).persist()
     try:
         by_reason = {row["reason"]: row["count"] for row in parsed.groupBy("reason").count().collect()}
@@ -204,15 +164,22 @@ def deliver_micro_batch(
                     F.count(F.lit(1)).alias("pairs"), F.count_distinct("topic", "partition", "offset").alias("events"),
                 ).collect()
             }
-            deliveries = Tally()
-            if STREAMING in per_mode:
-                sent = (
-                    pairs.where(F.col("mode") == F.lit(STREAMING))
-                    .select(*PAIR_COLUMNS)
-                    .repartition(settings.delivery.send_partitions, "endpoint_id")
-                    .mapInArrow(sender, from_arrow_schema(TALLY_SCHEMA))
-                )
-                deliveries = Tally.from_rows(row.asDict() for row in sent.collect())
+            deliveries = single_deliveries(pairs)
+            held = 0
+            if BATCH in per_mode:
+                chunks = chunk_batch_pairs(pairs.where(F.col("mode") == F.lit(BATCH)), settings.delivery.batch_shards)
+                chunks = chunks.persist()
+                try:
+                    held = chunks.where(~F.col("full")).agg(F.sum(F.size("event_ids"))).first()[0] or 0
+                    if held:
+                        write_to_kafka(bundles(chunks, settings.delivery.batch_topic, source), settings)
+                    tally = send(deliveries.unionByName(full_batches(chunks)), sender, settings.delivery.send_partitions)
+                finally:
+                    chunks.unpersist()
+            elif STREAMING in per_mode:
+                tally = send(deliveries, sender, settings.delivery.send_partitions)
+            else:
+                tally = Tally()
         finally:
             pairs.unpersist()
     finally:
@@ -222,8 +189,8 @@ def deliver_micro_batch(
         events=events,
         quarantined=quarantined,
         filtered=events - per_mode.get(None, (0, 0))[1],
-        unsent=Counter({mode: n for mode, (n, _) in per_mode.items() if mode not in (None, STREAMING)}),
-        deliveries=deliveries,
+        held=held,
+        deliveries=tally,
         batches=1,
         registry_version=live.version,
     )
@@ -251,6 +218,38 @@ def disable_gone(database: Database, subscription_ids: set[str]) -> None:
             _log.warning("disabled subscription %s: its endpoint answered 410 Gone", subscription_id)
 
 
+class DeliveryJob:
+    """The matching and batching queries, run as one job: both stop when either stops."""
+
+    def __init__(self, matching: StreamingQuery, batching: StreamingQuery) -> None:
+        self.matching = matching
+        self.batching = batching
+
+    @property
+    def queries(self) -> tuple[StreamingQuery, StreamingQuery]:
+        return (self.matching, self.batching)
+
+    @property
+    def isActive(self) -> bool:  # noqa: N802 - reads like StreamingQuery's
+        return all(query.isActive for query in self.queries)
+
+    def exception(self) -> Exception | None:
+        for query in self.queries:
+            failure = query.exception()
+            if failure is not None:
+                return failure
+        return None
+
+    def await_termination(self, timeout_s: float) -> None:
+        """Wait for both queries to end (``availableNow`` runs end on their own)."""
+        for query in self.queries:
+            query.awaitTermination(timeout_s)
+
+    def stop(self) -> None:
+        for query in self.queries:
+            query.stop()
+
+
 def start_delivery(
     spark: SparkSession,
     settings: Settings,
@@ -260,9 +259,9 @@ def start_delivery(
     *,
     checkpoint: Path | None = None,
     available_now: bool = False,
-) -> StreamingQuery:
-    """Start the delivery query. The first snapshot is loaded before it starts, so a
-    registry that cannot be read is an error here rather than in the query thread."""
+) -> DeliveryJob:
+    """Start the delivery job. The first snapshot is loaded before it starts, so a
+    registry that cannot be read is an error here rather than in a query thread."""
     holder = SnapshotHolder(
         load=lambda: load_live_snapshot(spark, database, endpoints),
         version=lambda: _registry_version(database),
@@ -270,40 +269,61 @@ def start_delivery(
         retire=lambda live: live.targets.unpersist(),
     )
     holder.current()
+    ensure_topics(settings.kafka_bootstrap(), [settings.delivery.batch_topic], settings.kafka.topic_partitions,
+                  BATCH_TOPIC_CONFIG)
     for_tasks = task_settings(settings)
     stage = StageSettings.from_settings(settings.delivery)
+    root = checkpoint or settings.checkpoint_root / "delivery"
+    # The matching query's id names the run its bundles come from; it is known once start() returns.
+    matching_id: list[str] = []
+    started = threading.Event()
 
-    def process(batch: DataFrame, _batch_id: int) -> None:
-        live = holder.current()
-        summary = deliver_micro_batch(batch, live, settings, PartitionSender(live.targets, for_tasks, stage))
-        metrics.add(summary)
+    def record(summary: BatchSummary) -> None:
+        metrics.add(summary)  # thread-safe: each query calls from its own thread
         disable_gone(database, summary.deliveries.gone_subscriptions())
+
+    def match_and_send(batch: DataFrame, batch_id: int) -> None:
+        started.wait()
+        live = holder.current()
+        sender = PartitionSender(live.targets, for_tasks, stage)
+        record(deliver_micro_batch(batch, Source(matching_id[0], batch_id), live, settings, sender))
+
+    def send_ready(batch: DataFrame, _batch_id: int) -> None:
+        live = holder.current()
+        tally = send(batch, PartitionSender(live.targets, for_tasks, stage), settings.delivery.send_partitions)
+        record(BatchSummary(deliveries=tally, registry_version=live.version))
 
     writer = (
         read_kafka(spark, settings)
         .writeStream.queryName("wayline-delivery")
-        .option("checkpointLocation", str(checkpoint or settings.checkpoint_root / "delivery"))
-        .foreachBatch(process)
+        .option("checkpointLocation", str(root / "matching"))
+        .foreachBatch(match_and_send)
     )
+    # The batching query starts first: it must be reading before the first leftovers arrive
+    # (it would find them anyway, from the earliest offset, but not as soon).
+    batching = start_batching(spark, settings, send_ready, str(root / "batching"), available_now=available_now)
     if available_now:
-        return writer.trigger(availableNow=True).start()
-    interval_ms = round(settings.delivery.trigger_interval_s * 1000)
-    return writer.trigger(processingTime=f"{interval_ms} milliseconds").start()
+        writer = writer.trigger(availableNow=True)
+    else:
+        writer = writer.trigger(processingTime=f"{round(settings.delivery.trigger_interval_s * 1000)} milliseconds")
+    matching = writer.start()
+    matching_id.append(matching.id)
+    started.set()
+    return DeliveryJob(matching, batching)
 
 
 __all__ = [
+    "BATCH",
     "DELIVERY_CALLER",
-    "PAIR_COLUMNS",
     "ROUTES_SCHEMA",
     "STREAMING",
-    "TALLY_SCHEMA",
+    "DeliveryJob",
     "LiveSnapshot",
-    "PartitionSender",
     "deliver_micro_batch",
     "disable_gone",
     "event_body",
     "events_with_bodies",
     "load_live_snapshot",
+    "single_deliveries",
     "start_delivery",
-    "task_settings",
 ]
