@@ -103,6 +103,19 @@ class DeliverySettings(_Section):
         default_factory=lambda: [0.0, 5.0, 300.0, 1800.0, 7200.0, 18_000.0, 36_000.0, 36_000.0], min_length=1
     )
     retry_jitter: float = Field(default=0.2, ge=0, lt=1)
+    batch_topic: str = Field(
+        default="wayline.delivery.batching",
+        description="internal topic: the matching query hands batch-mode leftovers to the batching query",
+    )
+    batch_shards: int = Field(
+        default=4, ge=1, le=64, description="each batch-mode subscription is batched in this many independent shards"
+    )
+    batch_buckets: int = Field(
+        default=16, ge=1, description="stateful-operator keys the batch shards are hashed into"
+    )
+    batch_remember_s: float = Field(
+        default=3600.0, gt=0, description="an idle batch shard's replay guard is kept this long"
+    )
     metrics_host: str = "127.0.0.1"
     metrics_port: int = Field(
         default=9464, ge=0, le=65_535, description="the driver's Prometheus /metrics; 0: any free port"
