@@ -1,4 +1,4 @@
-"""The admin API: customers, API keys, tenants, event types, endpoints and subscriptions.
+"""The admin API: customers, API keys, tenants, event types, endpoints, subscriptions and rules.
 
 Run with `wayline serve admin`; OpenAPI at `/docs`. Stateless: any number of instances
 can serve the same registry.
@@ -11,7 +11,7 @@ from datetime import timedelta
 from fastapi import FastAPI
 
 from wayline.api import errors
-from wayline.api.routers import api_keys, catalog, customers, endpoints, subscriptions
+from wayline.api.routers import api_keys, catalog, customers, endpoints, rules, subscriptions
 from wayline.core.settings import Settings
 from wayline.registry.db import Database
 from wayline.registry.endpoint import EndpointService
@@ -34,7 +34,8 @@ def create_app(settings: Settings, database: Database, resolver: Resolver = reso
     app.state.database = database
     app.state.endpoints = endpoint_service(settings, resolver)
     errors.install(app)
-    for router in (customers.router, api_keys.router, catalog.router, endpoints.router, subscriptions.router):
+    for router in (customers.router, api_keys.router, catalog.router, endpoints.router, subscriptions.router,
+                   rules.router):
         app.include_router(router)
 
     @app.get("/health", tags=["health"])

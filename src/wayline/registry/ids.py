@@ -12,6 +12,7 @@ PREFIXES = {
     "endpoint": "ep",
     "secret": "whs",
     "subscription": "sub",
+    "rule": "rule",
 }
 
 

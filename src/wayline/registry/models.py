@@ -125,10 +125,40 @@ class IdempotentResponse(Base):
     created_at: Mapped[datetime] = _now()
 
 
+class RulesVersion(Base):
+    """One row; a trigger bumps it with any change to ``rules``. The rules job polls it."""
+
+    __tablename__ = "rules_version"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    version: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    updated_at: Mapped[datetime] = _now()
+
+
+class Rule(Base):
+    __tablename__ = "rules"
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    name: Mapped[str] = mapped_column(Text, nullable=False, unique=True)
+    sql: Mapped[str] = mapped_column(Text, nullable=False)
+    kind: Mapped[str] = mapped_column(String(16), nullable=False)  # "filter", "window" or "pattern"
+    partition_key: Mapped[list[str]] = mapped_column(ARRAY(Text), nullable=False, server_default="{}")
+    output_topic: Mapped[str] = mapped_column(Text, nullable=False)
+    output_type: Mapped[str] = mapped_column(Text, nullable=False)
+    state_budget: Mapped[int] = mapped_column(Integer, nullable=False)
+    time_budget_ms: Mapped[int] = mapped_column(Integer, nullable=False)
+    enabled: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default="true")
+    status: Mapped[str] = mapped_column(String(16), nullable=False, server_default="running")
+    error: Mapped[str | None] = mapped_column(Text)
+    quarantines: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
+    revision: Mapped[int] = mapped_column(Integer, nullable=False, server_default="1")
+    created_at: Mapped[datetime] = _now()
+    updated_at: Mapped[datetime] = _now()
+
+
 # Tables whose changes alter what the pipelines deliver; each bumps the registry version.
 VERSIONED_TABLES = ("customers", "tenants", "event_types", "endpoints", "signing_secrets", "subscriptions")
 
 __all__ = [
-    "ApiKey", "Base", "Customer", "Endpoint", "EventType", "IdempotentResponse", "RegistryVersion",
+    "ApiKey", "Base", "Customer", "Endpoint", "EventType", "IdempotentResponse", "RegistryVersion", "Rule",
+    "RulesVersion",
     "SigningSecret", "Subscription", "Tenant", "VERSIONED_TABLES",
 ]

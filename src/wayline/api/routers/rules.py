@@ -1,0 +1,44 @@
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request, Response
+
+from wayline.api.deps import CallerDep, DB, IdempotencyKey, PagingDep
+from wayline.api.idempotency import create_once
+from wayline.registry import rule
+from wayline.registry.access import Page
+
+router = APIRouter(prefix="/rules", tags=["rules"])
+
+
+@router.post("", status_code=201, response_model=rule.RuleOut)
+def create_rule(body: rule.RuleIn, request: Request, db: DB, caller: CallerDep, idempotency_key: IdempotencyKey = None):
+    defaults = request.app.state.settings.rules
+    return create_once(db, caller, idempotency_key, body, lambda s: rule.create(
+        s, caller, body, defaults.default_state_budget, defaults.default_time_budget_ms))
+
+
+@router.get("", response_model=Page[rule.RuleOut])
+def list_rules(db: DB, caller: CallerDep, paging: PagingDep, status: Annotated[rule.Status | None, Query()] = None):
+    with db.transaction() as session:
+        return rule.list_(session, caller, paging.cursor, paging.limit, paging.max_limit, status)
+
+
+@router.get("/{rule_id}", response_model=rule.RuleOut)
+def get_rule(rule_id: str, db: DB, caller: CallerDep):
+    with db.transaction() as session:
+        return rule.get(session, caller, rule_id)
+
+
+@router.patch("/{rule_id}", response_model=rule.RuleOut)
+def update_rule(rule_id: str, body: rule.RulePatch, db: DB, caller: CallerDep):
+    with db.transaction() as session:
+        return rule.update(session, caller, rule_id, body)
+
+
+@router.delete("/{rule_id}", status_code=204)
+def delete_rule(rule_id: str, db: DB, caller: CallerDep) -> Response:
+    with db.transaction() as session:
+        rule.delete(session, caller, rule_id)
+    return Response(status_code=204)
+
+__all__ = ["router"]

@@ -1,0 +1,564 @@
+"""`wayline run rules`: every active rule over one read of the event topics.
+
+The query, fixed while it runs::
+
+    Kafka (all event topics) -> parse once -> watermark on event_time
+      -> one row per event for the stateless rules, plus one per stateful partition key
+         (``key_spec``: the partition-key columns of some window or pattern rule)
+      -> ONE shuffle by (key_spec, shard)
+         |- key_spec = '': the events, passed on untouched
+         '- otherwise: transformWithStateInPandas keyed by (key_spec, shard) -> RulesProcessor
+      -> union -> foreachBatch
+
+A shard is ``hash(partition key) % rules.shards``: the operator's keys are few and each
+holds many partition keys, because the Python stateful operator pays per key and per state
+call (``docs/decisions.md``). Both branches read the same exchange, which Spark reuses, so
+Kafka is read and the JSON parsed once per micro-batch.
+
+Rules change between micro-batches without a restart:
+- stateless (filter) rules are Spark SQL that ``foreachBatch`` applies to the batch's
+  events with the rule set it holds; the driver re-reads the registry when the rules
+  version changes;
+- the stateful processor loads the running rules from the registry in each task, when the
+  rules version has moved (cached per Python worker). Its state is keyed by rule id and
+  revision, so a changed rule starts fresh and a removed rule's state is dropped.
+Only a stateful rule with partition-key columns no running rule has needs another branch
+of the plan: the job then restarts the query on its checkpoint (seconds; nothing is lost).
+
+Isolation: the processor reports a rule that failed (``wayline.rules.engine``); the driver
+quarantines it in the registry and drops its output for the micro-batch. Filters cannot
+fail on data (their arithmetic and casts are the ``try_`` forms); if the combined write
+of the filters still fails, each filter is run alone and the failing ones quarantined.
+"""
+
+from __future__ import annotations
+
+import logging
+import pickle
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pandas as pd
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle, StreamingQuery
+from pyspark.sql.types import BinaryType, LongType, StringType, StructField, StructType
+
+from wayline.core.errors import WaylineError
+from wayline.core.kafka import ensure_topics
+from wayline.core.settings import Settings
+from wayline.pipelines.envelope import parse_events, valid_events
+from wayline.pipelines.source import read_kafka, write_to_kafka
+from wayline.registry import rule as rule_service
+from wayline.registry.db import Database, make_engine
+from wayline.registry.models import Rule
+from wayline.rules.engine import OUTPUT_SOURCE_PREFIX, ActiveRule, GroupEvaluator, cloudevent
+from wayline.rules.rule import DATA, EVENT_COLUMNS, compile_rule, parse_key
+
+log = logging.getLogger(__name__)
+
+PASS = ""  # the key_spec of the events passed to the stateless rules
+EVENT, EMIT, FAILURE, METRICS = "event", "emit", "failure", "metrics"
+OUTPUT_SCHEMA = StructType([
+    StructField("out_kind", StringType()),
+    StructField("out_rule", StringType()),
+    StructField("out_topic", StringType()),
+    StructField("out_key", StringType()),
+    StructField("out_value", StringType()),
+    StructField("out_count", LongType()),
+])
+_STATE_SCHEMA = StructType([StructField("blob", BinaryType())])
+_STATE_COLUMNS = ("id", "source", "type", "subject", "tenantid", "subtenantid", "topic")
+
+
+# -- rule sets ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RuleSet:
+    version: int
+    rules: tuple[ActiveRule, ...]
+
+    @property
+    def filters(self) -> list[ActiveRule]:
+        return [rule for rule in self.rules if not rule.compiled.stateful]
+
+    @property
+    def key_specs(self) -> tuple[str, ...]:
+        return tuple(sorted({rule.key_spec for rule in self.rules if rule.compiled.stateful}))
+
+    def by_state_key(self) -> dict[str, ActiveRule]:
+        return {rule.state_key: rule for rule in self.rules}
+
+
+_compiled: dict[tuple[str, int], ActiveRule] = {}
+
+
+def active_rule(row: Rule) -> ActiveRule:
+    """The registry row compiled for running; compiled once per (id, revision) per process."""
+    cached = _compiled.get((row.id, row.revision))
+    if cached is None:
+        key = tuple(parse_key(text) for text in row.partition_key)
+        cached = _compiled[(row.id, row.revision)] = ActiveRule(
+            id=row.id, revision=row.revision, name=row.name,
+            compiled=compile_rule(row.sql, key),
+            output_topic=row.output_topic, output_type=row.output_type,
+            state_budget=row.state_budget, time_budget_ms=row.time_budget_ms,
+        )
+    return cached
+
+
+def load_rule_set(database: Database) -> RuleSet:
+    with database.transaction() as session:
+        version = rule_service.rules_version(session)
+        rows = rule_service.running(session)
+        rules = []
+        for row in rows:
+            try:
+                rules.append(active_rule(row))
+            except WaylineError as exc:
+                # Checked at submit time; a rule that no longer compiles (an upgrade changed
+                # the compiler) must not stop the others.
+                log.error("rule %s (%s) does not compile: %s", row.name, row.id, exc)
+        return RuleSet(version, tuple(rules))
+
+
+class _WorkerRules:
+    """The rule set a Python worker's stateful tasks use, re-read when the version moves."""
+
+    _lock = threading.Lock()
+    _databases: dict[str, Database] = {}
+    _sets: dict[str, RuleSet] = {}
+
+    @classmethod
+    def current(cls, dsn: str) -> RuleSet:
+        with cls._lock:
+            database = cls._databases.get(dsn)
+            if database is None:
+                database = cls._databases[dsn] = Database(make_engine(_DsnSettings(dsn)))  # type: ignore[arg-type]
+            with database.transaction() as session:
+                version = rule_service.rules_version(session)
+            known = cls._sets.get(dsn)
+            if known is None or known.version != version:
+                known = cls._sets[dsn] = load_rule_set(database)
+            return known
+
+
+@dataclass(frozen=True)
+class _DsnSettings:
+    """Just what ``make_engine`` reads, so a worker need not rebuild the whole settings."""
+
+    dsn: str
+
+    def postgres_dsn(self) -> str:
+        return self.dsn
+
+
+# -- the stateful processor -------------------------------------------------------------------
+
+
+class RulesProcessor(StatefulProcessor):
+    """One key is (key_spec, shard); its state is one blob: every rule's state for its keys."""
+
+    def __init__(self, dsn: str) -> None:
+        self._dsn = dsn
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self._handle = handle
+        self._state = handle.getValueState("rules", _STATE_SCHEMA)
+        self._rules: RuleSet | None = None
+        self._spent: dict[str, float] = {}
+
+    def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any) -> Iterator[pd.DataFrame]:
+        frame = pd.concat(list(rows), ignore_index=True)
+        yield self._evaluate(key[0], _rows_of(frame), timerValues)
+
+    def handleExpiredTimer(self, key: Any, timerValues: Any, expiredTimerInfo: Any) -> Iterator[pd.DataFrame]:
+        yield self._evaluate(key[0], [], timerValues)
+
+    def close(self) -> None:
+        pass
+
+    def _evaluate(self, key_spec: str, rows: list[tuple[str, dict[str, Any]]], timer_values: Any) -> pd.DataFrame:
+        if self._rules is None:
+            self._rules = _WorkerRules.current(self._dsn)
+        rules = [rule for rule in self._rules.rules if rule.compiled.stateful and rule.key_spec == key_spec]
+        blob = self._state.get()
+        state = pickle.loads(blob[0]) if blob is not None else {}
+        evaluator = GroupEvaluator(rules, state, spent=self._spent)
+        mark = timer_values.getCurrentWatermarkInMs()
+        watermark = datetime.fromtimestamp(mark / 1000, timezone.utc) if mark and mark > 0 else None
+        result = evaluator.process(rows, watermark)
+        snapshot = evaluator.snapshot()
+        if snapshot:
+            self._state.update((pickle.dumps(snapshot, protocol=pickle.HIGHEST_PROTOCOL),))
+        else:
+            self._state.clear()
+        for timer in list(self._handle.listTimers()):
+            self._handle.deleteTimer(timer)
+        if result.wake_at is not None:
+            # Event-time timers fire once the watermark passes them; wake_at is in µs.
+            self._handle.registerTimer(-(-result.wake_at // 1000))
+        out: list[tuple[str, str, str | None, str | None, str | None, int]] = []
+        for emitted in result.emitted:
+            out.append((EMIT, emitted.rule.state_key, emitted.rule.output_topic, emitted.subject,
+                        orjson.dumps(cloudevent(emitted), default=str).decode(), 1))
+        for failure in result.failures:
+            out.append((FAILURE, failure.rule.state_key, None, None, failure.error, 1))
+        for state_key, metrics in result.metrics.items():
+            out.append((METRICS, state_key, None, None,
+                        orjson.dumps({"rows": metrics.rows, "micros": metrics.micros, "state": metrics.state,
+                                      "late": metrics.late}).decode(), metrics.emitted))
+        return pd.DataFrame(out, columns=[field.name for field in OUTPUT_SCHEMA.fields])
+
+
+def _rows_of(frame: pd.DataFrame) -> list[tuple[str, dict[str, Any]]]:
+    """The group's rows as the rules read them: envelope columns, ``data`` as JSON values."""
+    times = frame["event_time"].dt.tz_localize("UTC").dt.to_pydatetime()
+    datas = [orjson.loads(text) if text is not None else None for text in frame["data_json"]]
+    columns = {name: frame[name].tolist() for name in _STATE_COLUMNS}
+    keys = frame["key_value"].tolist()
+    out = []
+    for index, key in enumerate(keys):
+        row = {name: values[index] for name, values in columns.items()}
+        row[DATA] = datas[index]
+        row["event_time"] = times[index]
+        out.append((key, row))
+    return out
+
+
+# -- the query ---------------------------------------------------------------------------------
+
+
+def _key_column(path: tuple[str, ...]) -> Column:
+    if path[0] == DATA:
+        # parse_key admitted identifiers only, so the path needs no quoting.
+        return F.try_variant_get(F.col(DATA), "$." + ".".join(path[1:]), "string")
+    return F.col(path[0]).cast("string")
+
+
+def routed_events(events: DataFrame, key_specs: Sequence[str], shards: int, partitions: int) -> DataFrame:
+    """Each event once for the filters and once per stateful key spec, behind one shuffle."""
+    routes = [F.struct(F.lit(PASS).alias("spec"), F.lit(None).cast("string").alias("key"))]
+    for spec in key_specs:
+        paths = [parse_key(text) for text in spec.split(",")]
+        routes.append(F.struct(F.lit(spec).alias("spec"), F.to_json(F.array(*map(_key_column, paths))).alias("key")))
+    exploded = events.select("*", F.explode(F.array(*routes)).alias("_route"))
+    spec, key = F.col("_route.spec"), F.col("_route.key")
+    # Passed-on events spread by id; keyed copies by their partition key, so one key's
+    # events meet in one group.
+    shard = F.pmod(F.xxhash64(F.when(spec == F.lit(PASS), F.col("id")).otherwise(key)), F.lit(shards))
+    return exploded.select(
+        *events.columns, spec.alias("key_spec"), key.alias("key_value"), shard.cast("int").alias("shard"),
+    ).repartition(partitions, "key_spec", "shard")
+
+
+def rules_stream(spark: SparkSession, settings: Settings, key_specs: Sequence[str], dsn: str) -> DataFrame:
+    events = valid_events(parse_events(read_kafka(spark, settings), max_bytes=settings.envelope.max_bytes))
+    # The rules' own output is an event stream too; reading it back could loop forever.
+    events = events.where(~F.startswith(F.col("source"), F.lit(OUTPUT_SOURCE_PREFIX)))
+    events = events.withWatermark("event_time", f"{int(settings.rules.allowed_lateness_s * 1000)} milliseconds")
+    events = events.select(*EVENT_COLUMNS)
+    routed = routed_events(events, key_specs, settings.rules.shards, settings.spark.shuffle_partitions)
+    passed = routed.where(F.col("key_spec") == F.lit(PASS)).select(
+        F.lit(EVENT).alias("out_kind"), *EVENT_COLUMNS,
+    )
+    if not key_specs:
+        return passed
+    stateful = routed.where(F.col("key_spec") != F.lit(PASS)).select(
+        "key_spec", "shard", "key_value", "event_time", F.to_json("data").alias("data_json"), *_STATE_COLUMNS,
+    ).groupBy("key_spec", "shard").transformWithStateInPandas(
+        statefulProcessor=RulesProcessor(dsn),
+        outputStructType=OUTPUT_SCHEMA,
+        outputMode="Append",
+        timeMode="EventTime",
+    )
+    return passed.unionByName(stateful, allowMissingColumns=True)
+
+
+# -- stateless rules in the JVM ------------------------------------------------------------------
+
+
+def _iso_time(column: str) -> Column:
+    return F.date_format(F.col(column), "yyyy-MM-dd'T'HH:mm:ss.SSSSSS'Z'")
+
+
+def filter_output(events: DataFrame, rule: ActiveRule) -> DataFrame:
+    """One filter rule's output as Kafka records (topic, key, value), built in the JVM."""
+    spec = rule.compiled.filter
+    assert spec is not None
+    selected = events.where(F.expr(spec.where)) if spec.where else events
+    data = F.struct(*(F.expr(expression).alias(name) for name, expression in spec.select))
+    key_parts = rule.compiled.partition_key
+    subject = F.concat_ws("/", *(F.coalesce(_key_column(p), F.lit("")) for p in key_parts)) if key_parts else F.col("subject")
+    event = F.struct(
+        F.lit("1.0").alias("specversion"),
+        F.substring(F.sha2(F.concat(F.lit(rule.state_key + "\x1f"), F.col("id")), 256), 1, 32).alias("id"),
+        F.lit(OUTPUT_SOURCE_PREFIX + rule.name).alias("source"),
+        F.lit(rule.output_type).alias("type"),
+        F.lit("application/json").alias("datacontenttype"),
+        subject.alias("subject"),
+        _iso_time("event_time").alias("time"),
+        F.col("tenantid").alias("tenantid"),
+        data.alias("data"),
+    )
+    return selected.select(
+        F.lit(rule.output_topic).alias("topic"),
+        F.lit(rule.state_key).alias("rule"),
+        subject.cast("binary").alias("key"),
+        F.to_json(event).cast("binary").alias("value"),
+    )
+
+
+# -- the job ----------------------------------------------------------------------------------
+
+
+@dataclass
+class RuleCounters:
+    name: str
+    input: int = 0
+    matches: int = 0
+    micros: int = 0
+    state: int = 0
+    late: int = 0
+    quarantined: int = 0
+
+
+@dataclass
+class JobCounters:
+    batches: int = 0
+    events: int = 0
+    restarts: int = 0
+    reloads: int = 0
+    rules: dict[str, RuleCounters] = field(default_factory=dict)
+    quarantined: list[tuple[str, str]] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def rule(self, active: ActiveRule) -> RuleCounters:
+        counters = self.rules.get(active.id)
+        if counters is None:
+            counters = self.rules[active.id] = RuleCounters(active.name)
+        return counters
+
+
+class RulesJob:
+    """The rules query and its driver-side loop: registry polling, quarantine, restarts."""
+
+    def __init__(self, spark: SparkSession, settings: Settings, database: Database, checkpoint: Path,
+                 control: Any | None = None) -> None:
+        self._spark = spark
+        self._settings = settings
+        self._database = database
+        self._checkpoint = checkpoint
+        self._control = control
+        self.counters = JobCounters()
+        self._rules = load_rule_set(database)
+        self._checked_at = time.monotonic()
+        self._query: StreamingQuery | None = None
+        self._restart = threading.Event()
+        self._stopping = threading.Event()
+        self._supervisor: threading.Thread | None = None
+        self._error: BaseException | None = None
+
+    @property
+    def rule_set(self) -> RuleSet:
+        return self._rules
+
+    @property
+    def query(self) -> StreamingQuery | None:
+        return self._query
+
+    def start(self) -> RulesJob:
+        self._start_query()
+        self._supervisor = threading.Thread(target=self._supervise, name="rules-supervisor", daemon=True)
+        self._supervisor.start()
+        return self
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._restart.set()
+        if self._supervisor is not None:
+            self._supervisor.join(timeout=120)
+        if self._query is not None:
+            self._query.stop()
+
+    def raise_if_failed(self) -> None:
+        if self._error is not None:
+            raise self._error
+        if self._query is not None and self._query.exception() is not None:
+            raise WaylineError(f"the rules query failed: {self._query.exception()}")
+
+    def _start_query(self) -> None:
+        specs = self._rules.key_specs
+        ensure_topics(self._settings.kafka_bootstrap(), {r.output_topic for r in self._rules.rules},
+                      self._settings.rules.output_partitions)
+        stream = rules_stream(self._spark, self._settings, specs, self._settings.postgres_dsn())
+        self._query_specs = specs
+        self._query = (
+            stream.writeStream.queryName("wayline-rules")
+            .option("checkpointLocation", str(self._checkpoint))
+            .trigger(processingTime=f"{int(self._settings.rules.trigger_interval_s * 1000)} milliseconds")
+            .foreachBatch(self._batch)
+            .start()
+        )
+
+    def _supervise(self) -> None:
+        while not self._stopping.is_set():
+            self._restart.wait()
+            if self._stopping.is_set():
+                return
+            self._restart.clear()
+            try:
+                assert self._query is not None
+                self._query.stop()
+                self.counters.restarts += 1
+                self._start_query()
+            except BaseException as exc:  # noqa: BLE001 - surfaced by raise_if_failed
+                self._error = exc
+                return
+
+    # -- one micro-batch --------------------------------------------------------------------
+
+    def _batch(self, batch: DataFrame, batch_id: int) -> None:
+        # Before the batch, not after: a change made while no data came must apply to the
+        # next events, not to the batch after them.
+        self._poll()
+        rules = self._rules
+        by_key = rules.by_state_key()
+        batch = batch.persist()
+        try:
+            events = batch.where(F.col("out_kind") == F.lit(EVENT)).select(*EVENT_COLUMNS)
+            small = [] if not self._query_specs else batch.where(
+                F.col("out_kind").isin(FAILURE, METRICS)).select("out_kind", "out_rule", "out_value", "out_count").collect()
+            failed = {row.out_rule: row.out_value for row in small if row.out_kind == FAILURE}
+            outputs: list[DataFrame] = []
+            if self._query_specs:
+                emitted = batch.where(F.col("out_kind") == F.lit(EMIT))
+                if failed:
+                    emitted = emitted.where(~F.col("out_rule").isin(list(failed)))
+                outputs.append(emitted.select(
+                    F.col("out_topic").alias("topic"), F.col("out_rule").alias("rule"),
+                    F.col("out_key").cast("binary").alias("key"), F.col("out_value").cast("binary").alias("value"),
+                ))
+            filters = rules.filters
+            outputs.extend(filter_output(events, rule) for rule in filters)
+            count = events.count()
+            per_rule = self._write(outputs, events, filters, failed)
+            self._account(count, per_rule, small, failed, by_key)
+        finally:
+            batch.unpersist()
+        self._quarantine(failed, by_key)
+
+    def _write(self, outputs: list[DataFrame], events: DataFrame, filters: list[ActiveRule],
+               failed: dict[str, str]) -> dict[str, int]:
+        if not outputs:
+            return {}
+        combined = outputs[0]
+        for frame in outputs[1:]:
+            combined = combined.unionByName(frame)
+        combined = combined.persist()
+        try:
+            try:
+                per_rule = {row.rule: row["count"] for row in combined.groupBy("rule").count().collect()}
+            except Exception as exc:  # noqa: BLE001 - find the filter that broke it, run the rest
+                log.warning("the filters' combined output failed (%s); running them one by one", exc)
+                combined.unpersist()
+                return self._write_one_by_one(outputs[: len(outputs) - len(filters)], events, filters, failed)
+            write_to_kafka(combined.select("topic", "key", "value"), self._settings)
+            return per_rule
+        finally:
+            combined.unpersist()
+
+    def _write_one_by_one(self, stateful: list[DataFrame], events: DataFrame, filters: list[ActiveRule],
+                          failed: dict[str, str]) -> dict[str, int]:
+        per_rule: dict[str, int] = {}
+        good = list(stateful)
+        for rule in filters:
+            frame = filter_output(events, rule).persist()
+            try:
+                per_rule[rule.state_key] = frame.count()
+                good.append(frame)
+            except Exception as exc:  # noqa: BLE001 - this rule is quarantined, the others go on
+                failed[rule.state_key] = f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
+                frame.unpersist()
+        for frame in good:
+            write_to_kafka(frame.select("topic", "key", "value"), self._settings)
+            frame.unpersist()
+        return per_rule
+
+    def _account(self, count: int, per_rule: dict[str, int], small: list[Any], failed: dict[str, str],
+                 by_key: dict[str, ActiveRule]) -> None:
+        counters = self.counters
+        with counters._lock:
+            counters.batches += 1
+            counters.events += count
+            for rule in by_key.values():
+                rule_counters = counters.rule(rule)
+                if not rule.compiled.stateful:
+                    rule_counters.input += count
+                    rule_counters.matches += per_rule.get(rule.state_key, 0)
+            for row in small:
+                rule = by_key.get(row.out_rule)
+                if rule is None or row.out_kind != METRICS:
+                    continue
+                metrics = orjson.loads(row.out_value)
+                rule_counters = counters.rule(rule)
+                rule_counters.input += metrics["rows"]
+                rule_counters.micros += metrics["micros"]
+                rule_counters.late += metrics["late"]
+                if row.out_rule not in failed:
+                    rule_counters.matches += row.out_count
+            state: dict[str, int] = defaultdict(int)
+            for row in small:
+                if row.out_kind == METRICS:
+                    state[row.out_rule] += orjson.loads(row.out_value)["state"]
+            for state_key, entries in state.items():
+                if state_key in by_key:
+                    counters.rule(by_key[state_key]).state = entries
+
+    def _quarantine(self, failed: dict[str, str], by_key: dict[str, ActiveRule]) -> None:
+        if not failed:
+            return
+        with self._database.transaction() as session:
+            for state_key, error in failed.items():
+                rule = by_key.get(state_key)
+                if rule is None:
+                    continue
+                if rule_service.quarantine(session, rule.id, rule.revision, error):
+                    log.warning("rule %s quarantined: %s", rule.name, error)
+                    with self.counters._lock:
+                        self.counters.rule(rule).quarantined += 1
+                        self.counters.quarantined.append((rule.name, error))
+        self._checked_at = 0.0  # reload now: the quarantined rules must stop at once
+
+    def _poll(self) -> None:
+        if self._control is not None:
+            self._control.apply_pending(self._database)
+        now = time.monotonic()
+        if now - self._checked_at < self._settings.rules.version_poll_s:
+            return
+        self._checked_at = now
+        with self._database.transaction() as session:
+            version = rule_service.rules_version(session)
+        if version == self._rules.version:
+            return
+        self._rules = load_rule_set(self._database)
+        self.counters.reloads += 1
+        ensure_topics(self._settings.kafka_bootstrap(), {r.output_topic for r in self._rules.rules},
+                      self._settings.rules.output_partitions)
+        if not set(self._rules.key_specs) <= set(self._query_specs):
+            # A new partition key needs a new branch of the plan: restart on the checkpoint.
+            self._restart.set()
+
+
+__all__ = [
+    "OUTPUT_SCHEMA", "RuleSet", "RulesJob", "RulesProcessor", "active_rule", "filter_output", "load_rule_set",
+    "routed_events", "rules_stream",
+]

@@ -1,0 +1,355 @@
+"""A rule's SQL, checked and compiled when it is submitted: ``compile_rule(sql) -> CompiledRule``.
+
+Every rule reads a stream called ``events``: the envelope columns (``EVENT_COLUMNS``) and
+any path into the event's JSON ``data`` (``data.amount``, ``data.user.id``). Three kinds:
+
+- ``filter``: ``SELECT ... FROM events [WHERE ...]`` — stateless; the job runs it as a
+  Spark SQL expression in the JVM (``FilterSpec`` holds the Spark SQL, rendered from the
+  checked tree, never pasted from the rule's text);
+- ``window``: ``SELECT ... FROM events [WHERE ...] GROUP BY <keys>, window(event_time,
+  '<size>'[, '<slide>']) [HAVING ...]`` — tumbling, or hopping when a slide is given;
+  ``window(...)`` must be there, it is the rule's time bound (``wayline.rules.window``);
+- ``pattern``: ``SELECT ... FROM events MATCH_RECOGNIZE (...)`` with a ``WITHIN`` clause,
+  its time bound (``wayline.rules.recognize``).
+
+The partition key of a stateful rule is its GROUP BY keys or its PARTITION BY columns:
+rules with the same key share one shuffle and one stateful operator in the job.
+
+Checks, each a ``RejectedInput`` naming the problem and, where known, its line and column:
+syntax; the kind is one of the three; every column resolves against the envelope; only
+the listed functions are called (a rule cannot reach ``reflect()`` or any other Spark
+function that runs arbitrary code); a stateful rule has a time bound.
+
+Typing of ``data.*`` in filters (the JSON is a VARIANT in Spark): a path compared with a
+number, used in arithmetic or in SUM/AVG/MIN/MAX is read as DOUBLE, compared with a
+boolean as BOOLEAN, otherwise as STRING; a bare path in the SELECT list keeps its JSON
+value. A value that does not convert reads as NULL. Window and pattern rules evaluate
+their expressions in Python on the JSON's own types (``wayline.rules.expression``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+from enum import StrEnum
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.errors import ParseError, TokenError
+
+from wayline.core.errors import RejectedInput
+from wayline.rules.expression import DIALECT, ColumnPath
+from wayline.rules.recognize import SOURCE, PatternSpec, parse_match_recognize
+from wayline.rules.window import WindowSpec, compile_window
+
+# The stream every rule reads: the parsed envelope (see wayline.pipelines.envelope).
+EVENT_COLUMNS = (
+    "id", "source", "type", "specversion", "subject", "time", "datacontenttype", "dataschema",
+    "tenantid", "subtenantid", "data", "event_time", "topic",
+)
+EVENT_TIME = "event_time"
+DATA = "data"
+# What `SELECT *` outputs.
+STAR_COLUMNS = ("id", "source", "type", "subject", "time", "tenantid", "subtenantid", "data")
+
+_NUMERIC_CONTEXT = (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod, exp.Neg, exp.Sum, exp.Avg, exp.Min, exp.Max)
+_COMPARISON = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Between, exp.In)
+
+# The Spark SQL a filter rule may use. Anything else is refused when the rule is submitted.
+_ALLOWED_NODES = (
+    exp.Select, exp.From, exp.Table, exp.Where, exp.Alias, exp.Star, exp.Column, exp.Dot,
+    exp.Identifier, exp.Literal, exp.Boolean, exp.Null, exp.Paren, exp.And, exp.Or, exp.Not,
+    exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Add, exp.Sub, exp.Mul, exp.Div,
+    exp.Mod, exp.Neg, exp.Is, exp.Between, exp.In, exp.Case, exp.If, exp.Like, exp.ILike,
+    exp.Cast, exp.TryCast, exp.DataType, exp.Lower, exp.Upper, exp.Length, exp.Substring,
+    exp.Concat, exp.Coalesce, exp.Abs, exp.Round, exp.Floor, exp.Ceil, exp.StartsWith,
+    exp.Trim, exp.DPipe, exp.Tuple,
+)
+_ALLOWED_FUNCTIONS = frozenset({"ENDSWITH", "CONTAINS", "STARTSWITH", "NVL", "IFNULL", "GREATEST", "LEAST"})
+
+
+class RuleKind(StrEnum):
+    FILTER = "filter"
+    WINDOW = "window"
+    PATTERN = "pattern"
+
+
+@dataclass(frozen=True, slots=True)
+class FilterSpec:
+    """A stateless rule as Spark SQL: the condition (None: every event) and the output columns."""
+
+    where: str | None
+    select: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True)
+class CompiledRule:
+    kind: RuleKind
+    sql: str
+    partition_key: tuple[ColumnPath, ...]
+    filter: FilterSpec | None = None
+    window: WindowSpec | None = None
+    pattern: PatternSpec | None = None
+
+    @property
+    def stateful(self) -> bool:
+        return self.kind != RuleKind.FILTER
+
+    @property
+    def time_bound(self) -> timedelta | None:
+        """How long an event can stay in this rule's state (before lateness)."""
+        if self.window is not None:
+            return self.window.size
+        if self.pattern is not None:
+            return self.pattern.within
+        return None
+
+
+def key_name(path: ColumnPath) -> str:
+    return ".".join(path)
+
+
+def parse_key(text: str) -> ColumnPath:
+    """A partition key column as the API takes it (``tenantid``, ``data.user.id``)."""
+    path = tuple(part.strip() for part in text.split("."))
+    if not all(re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", part) for part in path):
+        raise RejectedInput(f"partition_key: {text!r} is not a column name or a data.<path>")
+    check_column(path, "partition_key")
+    return path
+
+
+def compile_rule(sql: str, partition_key: tuple[ColumnPath, ...] | None = None) -> CompiledRule:
+    """Check a rule and compile it, or raise ``RejectedInput`` saying what is wrong and where.
+
+    ``partition_key``, when given, must agree with the key the SQL states (GROUP BY keys or
+    PARTITION BY); for a filter it only names the ``subject`` of the output events.
+    """
+    if not sql.strip():
+        raise RejectedInput("sql: the rule is empty")
+    if _mentions_match_recognize(sql):
+        rule = _pattern_rule(sql)
+    else:
+        statement = _parse(sql)
+        if statement.args.get("group") or any(isinstance(node, exp.AggFunc) for node in statement.walk()):
+            window = compile_window(statement, check_column)
+            rule = CompiledRule(RuleKind.WINDOW, sql, window.keys, window=window)
+        else:
+            rule = CompiledRule(RuleKind.FILTER, sql, (), filter=_filter(statement))
+    if partition_key is not None:
+        for path in partition_key:
+            check_column(path, "partition_key")
+        if rule.stateful and tuple(partition_key) != rule.partition_key:
+            stated = ", ".join(map(key_name, rule.partition_key)) or "(none)"
+            raise RejectedInput(
+                f"partition_key: {', '.join(map(key_name, partition_key)) or '(none)'} differs from the "
+                f"key the SQL states ({stated}); leave partition_key out or make them agree"
+            )
+        if not rule.stateful:
+            rule = CompiledRule(rule.kind, sql, tuple(partition_key), filter=rule.filter)
+    return rule
+
+
+def check_column(path: ColumnPath, clause: str) -> None:
+    if path[0] == DATA or (len(path) == 1 and path[0] in EVENT_COLUMNS):
+        return
+    raise RejectedInput(
+        f"{clause}: unknown column {key_name(path)}; the events stream has "
+        f"{', '.join(EVENT_COLUMNS)} and data.<path>"
+    )
+
+
+# -- patterns --------------------------------------------------------------------------------
+
+
+def _mentions_match_recognize(sql: str) -> bool:
+    try:
+        tokens = sqlglot.Dialect.get_or_raise(DIALECT).tokenize(sql)
+    except TokenError as exc:
+        raise RejectedInput(f"SQL syntax error: {exc}") from exc
+    return any(token.text.upper() == "MATCH_RECOGNIZE" for token in tokens
+               if token.token_type != sqlglot.TokenType.STRING)
+
+
+def _pattern_rule(sql: str) -> CompiledRule:
+    spec = parse_match_recognize(sql)
+    if spec.within is None:
+        raise RejectedInput(
+            "a pattern rule needs a time bound: add WITHIN INTERVAL '<n>' <unit> after PATTERN (...), "
+            "or its partial matches could be kept forever"
+        )
+    if spec.order_by != (EVENT_TIME,):
+        raise RejectedInput(
+            f"ORDER BY {key_name(spec.order_by)}: a pattern rule orders by {EVENT_TIME}, the column the "
+            "watermark follows"
+        )
+    for path in sorted(spec.columns):
+        check_column(path, "MATCH_RECOGNIZE")
+    return CompiledRule(RuleKind.PATTERN, sql, spec.partition_by, pattern=spec)
+
+
+# -- filters ---------------------------------------------------------------------------------
+
+
+def _quote_window_calls(sql: str) -> str:
+    """``window(`` as a quoted name: sqlglot misreads ``GROUP BY window(...)`` as a clause."""
+    tokens = sqlglot.Dialect.get_or_raise(DIALECT).tokenize(sql)
+    out, last = [], 0
+    for token, following in zip(tokens, tokens[1:]):
+        if token.text.lower() == "window" and following.token_type == sqlglot.TokenType.L_PAREN \
+                and token.token_type != sqlglot.TokenType.STRING and sql[token.start] != '"':
+            out.append(sql[last:token.start])
+            out.append('"window"')
+            last = token.end + 1
+    return "".join(out) + sql[last:]
+
+
+def _parse(sql: str) -> exp.Select:
+    try:
+        statements = [s for s in sqlglot.parse(_quote_window_calls(sql), read=DIALECT) if s is not None]
+    except ParseError as exc:
+        first = exc.errors[0] if exc.errors else {}
+        raise RejectedInput(
+            f"SQL syntax error at line {first.get('line')}, column {first.get('col')}: "
+            f"{first.get('description', exc)}"
+        ) from exc
+    except TokenError as exc:
+        raise RejectedInput(f"SQL syntax error: {exc}") from exc
+    if len(statements) != 1 or not isinstance(statements[0], exp.Select):
+        raise RejectedInput(
+            f"a rule is one SELECT ... FROM {SOURCE} statement (a filter, a GROUP BY window(...) "
+            "aggregation or a MATCH_RECOGNIZE pattern)"
+        )
+    statement = statements[0]
+    source = statement.args.get("from_")
+    table = source.this if source is not None else None
+    if not isinstance(table, exp.Table) or table.name.lower() != SOURCE or table.args.get("db") \
+            or statement.args.get("joins"):
+        found = table.sql(dialect=DIALECT) if table is not None else "nothing"
+        raise RejectedInput(f"a rule reads FROM {SOURCE} only, not {found}")
+    return statement
+
+
+def _filter(statement: exp.Select) -> FilterSpec:
+    extra = sorted(key for key, value in statement.args.items()
+                   if value and key not in ("expressions", "from_", "where"))
+    if extra:
+        clauses = ", ".join(key.upper().rstrip("_") for key in extra)
+        raise RejectedInput(f"{clauses} is not supported in a filter rule")
+    for node in statement.walk():
+        _check_node(node)
+    for path, node in column_paths(statement):
+        check_column(path, "SELECT" if node.find_ancestor(exp.Where) is None else "WHERE")
+    where = statement.args.get("where")
+    select: list[tuple[str, str]] = []
+    taken: set[str] = set()
+    for item in statement.expressions:
+        if isinstance(item, exp.Star):
+            pairs = [(name, name) for name in STAR_COLUMNS]
+        else:
+            pairs = [(_output_name(item), _spark(item.this if isinstance(item, exp.Alias) else item))]
+        for name, expression in pairs:
+            if name in taken:
+                raise RejectedInput(f"SELECT: two output columns are named {name}; rename one with AS")
+            taken.add(name)
+            select.append((name, expression))
+    return FilterSpec(where=_spark(where.this) if where is not None else None, select=tuple(select))
+
+
+def _check_node(node: exp.Expression) -> None:
+    if isinstance(node, exp.Anonymous):
+        if node.name.upper() not in _ALLOWED_FUNCTIONS:
+            raise RejectedInput(f"function {node.name.upper()}() is not supported in a rule{_where(node)}")
+        return
+    if not isinstance(node, _ALLOWED_NODES):
+        what = f"function {node.sql_name()}()" if isinstance(node, exp.Func) else node.sql(dialect=DIALECT)
+        raise RejectedInput(f"{what} is not supported in a filter rule{_where(node)}")
+
+
+def _output_name(item: exp.Expression) -> str:
+    if isinstance(item, exp.Alias):
+        return item.alias
+    if isinstance(item, (exp.Column, exp.Dot)):
+        return path_of(item)[-1]
+    raise RejectedInput(f"SELECT {item.sql(dialect=DIALECT)}: an expression needs a name (AS name){_where(item)}")
+
+
+def column_paths(tree: exp.Expression) -> Iterator[tuple[ColumnPath, exp.Expression]]:
+    """Every column reference in the tree, outermost only (``data.a.b`` once, not its parts)."""
+    for node in tree.walk():
+        if isinstance(node, (exp.Column, exp.Dot)) and not isinstance(node.parent, (exp.Column, exp.Dot)):
+            if isinstance(node, exp.Column) and isinstance(node.this, exp.Star):
+                continue
+            yield path_of(node), node
+
+
+def path_of(node: exp.Expression) -> ColumnPath:
+    parts: list[str] = []
+    while isinstance(node, exp.Dot):
+        parts.insert(0, node.expression.name)
+        node = node.this
+    if not isinstance(node, exp.Column):
+        raise RejectedInput(f"{node.sql(dialect=DIALECT)} is not a column{_where(node)}")
+    return tuple(part.name for part in node.parts) + tuple(parts)
+
+
+def _spark(node: exp.Expression) -> str:
+    """The node as Spark SQL, with ``data.*`` paths read out of the VARIANT."""
+    copy = node.copy()
+    replacements = []
+    for path, column in column_paths(copy):
+        if path[0] == DATA and len(path) > 1:
+            replacements.append((column, _variant_get(path[1:], _data_type(column))))
+        else:
+            replacements.append((column, exp.column(path[0], quoted=True)))
+    for column, replacement in replacements:
+        if column is copy:
+            copy = replacement
+        else:
+            column.replace(replacement)
+    return copy.sql(dialect="spark")
+
+
+def _variant_get(path: tuple[str, ...], data_type: str) -> exp.Expression:
+    json_path = "$" + "".join(f"['{part}']" for part in path)
+    if data_type == "variant":
+        return exp.Anonymous(this="try_variant_get", expressions=[
+            exp.column(DATA, quoted=True), exp.Literal.string(json_path), exp.Literal.string("variant")])
+    return exp.Anonymous(this="try_variant_get", expressions=[
+        exp.column(DATA, quoted=True), exp.Literal.string(json_path), exp.Literal.string(data_type)])
+
+
+def _data_type(column: exp.Expression) -> str:
+    parent = column.parent
+    while isinstance(parent, exp.Paren):
+        parent = parent.parent
+    if parent is None or isinstance(parent, (exp.Alias, exp.Select)):
+        return "variant"
+    if isinstance(parent, _NUMERIC_CONTEXT):
+        return "double"
+    if isinstance(parent, _COMPARISON):
+        others = [child for child in parent.iter_expressions() if child is not column]
+        others += list(parent.expressions) if isinstance(parent, exp.In) else []
+        for other in others:
+            if isinstance(other, exp.Boolean):
+                return "boolean"
+            if isinstance(other, exp.Literal) and not other.is_string:
+                return "double"
+            if isinstance(other, exp.Neg) and isinstance(other.this, exp.Literal):
+                return "double"
+    return "string"
+
+
+def _where(node: exp.Expression) -> str:
+    located = [part.meta for part in node.walk() if "line" in part.meta]
+    if not located:
+        return ""
+    first = min(located, key=lambda meta: meta["start"])
+    return f" (line {first['line']}, column {first['col'] - (first['end'] - first['start'])})"
+
+
+__all__ = [
+    "CompiledRule", "EVENT_COLUMNS", "EVENT_TIME", "FilterSpec", "RuleKind", "check_column",
+    "column_paths", "compile_rule", "key_name", "parse_key", "path_of",
+]

@@ -1,0 +1,121 @@
+"""Window and pattern rules over one stateful group, on plain rows: output, state, isolation."""
+
+from __future__ import annotations
+
+import itertools
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import orjson
+
+from wayline.rules.engine import ActiveRule, GroupEvaluator, cloudevent
+from wayline.rules.rule import compile_rule
+
+T0 = datetime(2026, 3, 1, 9, 0, tzinfo=timezone.utc)
+
+V_SHAPE = """SELECT * FROM events MATCH_RECOGNIZE (
+  PARTITION BY tenantid ORDER BY event_time
+  MEASURES FIRST(A.data.price) AS top, LAST(B.data.price) AS bottom
+  PATTERN (A B+ C) WITHIN INTERVAL '5' MINUTE
+  DEFINE B AS B.data.price < PREV(B.data.price), C AS C.data.price > PREV(C.data.price))"""
+PER_MINUTE = """SELECT tenantid, window.start AS start, window.end AS end, COUNT(*) AS n, AVG(data.price) AS mean
+  FROM events WHERE data.price > 0 GROUP BY tenantid, window(event_time, '1 minute') HAVING COUNT(*) >= 2"""
+HOPPING = """SELECT tenantid, window.start AS start, COUNT(*) AS n
+  FROM events GROUP BY tenantid, window(event_time, '2 minutes', '1 minute')"""
+DIVIDE = """SELECT * FROM events MATCH_RECOGNIZE (PARTITION BY tenantid ORDER BY event_time
+  MEASURES A.id AS a PATTERN (A) WITHIN INTERVAL '1' MINUTE DEFINE A AS A.data.price / 0 > 1)"""
+HOARD = """SELECT * FROM events MATCH_RECOGNIZE (PARTITION BY tenantid ORDER BY event_time
+  MEASURES COUNT(*) AS n PATTERN (A+ B) WITHIN INTERVAL '1' HOUR DEFINE B AS B.type = 'never')"""
+
+_ids = itertools.count()
+
+
+def rule(sql: str, name: str, *, state_budget: int = 10_000, time_budget_ms: int = 10_000, revision: int = 1) -> ActiveRule:
+    return ActiveRule(f"rule_{name}", revision, name, compile_rule(sql), f"out.{name}", f"alert.{name}",
+                      state_budget, time_budget_ms)
+
+
+def rows(tenant: str, *prices: float, start: float = 0, step: float = 10) -> list[tuple[str, dict[str, Any]]]:
+    return [(orjson.dumps([tenant]).decode(), {
+        "id": f"e{next(_ids)}", "type": "price", "tenantid": tenant,
+        "event_time": T0 + timedelta(seconds=start + index * step), "data": {"price": price},
+    }) for index, price in enumerate(prices)]
+
+
+def at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+def test_a_pattern_emits_once_the_watermark_passes_its_rows() -> None:
+    evaluator = GroupEvaluator([rule(V_SHAPE, "v")])
+    first = evaluator.process(rows("t1", 10, 8, 6, 9), None)
+    assert first.emitted == [] and first.wake_at is not None  # rows wait for the watermark
+    settled = GroupEvaluator([rule(V_SHAPE, "v")], evaluator.snapshot()).process([], at(120))
+    [match] = settled.emitted
+    assert (match.subject, match.data, match.time) == ("t1", {"tenantid": "t1", "top": 10, "bottom": 6}, at(30))
+    event = cloudevent(match)
+    assert (event["type"], event["source"], event["subject"], event["time"]) == (
+        "alert.v", "wayline.rules/v", "t1", "2026-03-01T09:00:30Z")
+
+
+def test_each_partition_key_matches_on_its_own() -> None:
+    result = GroupEvaluator([rule(V_SHAPE, "v")]).process(rows("t1", 10, 8) + rows("t2", 6, 9), at(600))
+    assert result.emitted == []  # t1 only falls, t2 only rises: no V in either
+
+
+def test_tumbling_windows_close_at_the_watermark_and_apply_having() -> None:
+    spec = rule(PER_MINUTE, "w")
+    evaluator = GroupEvaluator([spec])
+    evaluator.process(rows("t1", 2, 4, 0, 6, step=20) + rows("t2", 5, start=5), at(0))
+    assert evaluator.process([], at(59)).emitted == []
+    closed = evaluator.process([], at(60)).emitted
+    # t1's minute has 2, 4 (0 fails WHERE; 6 is at 60 s, the next minute); t2 has one row.
+    assert [(e.subject, e.data["n"], e.data["mean"], e.data["start"], e.data["end"]) for e in closed] == [
+        ("t1", 2, 3.0, at(0), at(60))]
+    assert evaluator.snapshot()["rule_w@1"].keys() == {'["t1"]'}  # t1's second minute is open
+
+
+def test_hopping_windows_count_an_event_in_every_window_that_holds_it() -> None:
+    evaluator = GroupEvaluator([rule(HOPPING, "h")])
+    evaluator.process(rows("t1", 1, 1, start=70, step=5), at(0))
+    closed = evaluator.process([], at(600)).emitted
+    assert [(e.data["start"], e.data["n"]) for e in closed] == [(at(0), 2), (at(60), 2)]
+
+
+def test_events_behind_the_watermark_are_dropped_and_counted() -> None:
+    result = GroupEvaluator([rule(PER_MINUTE, "w")]).process(rows("t1", 1, 2), at(3600))
+    assert result.emitted == [] and result.metrics["rule_w@1"].late == 2
+
+
+def test_a_failing_rule_is_reported_and_the_others_keep_their_output() -> None:
+    alone = GroupEvaluator([rule(V_SHAPE, "v")]).process(rows("t1", 10, 8, 6, 9), at(600))
+    together = GroupEvaluator([rule(DIVIDE, "d"), rule(V_SHAPE, "v")])
+    result = together.process(rows("t1", 10, 8, 6, 9), at(600))
+    assert [f.rule.name for f in result.failures] == ["d"]
+    assert "division by zero" in result.failures[0].error
+    assert [e.data for e in result.emitted] == [e.data for e in alone.emitted]
+    assert "rule_d@1" not in together.snapshot()
+
+
+def test_a_rule_over_its_state_budget_fails() -> None:
+    result = GroupEvaluator([rule(HOARD, "hoard", state_budget=5)]).process(rows("t1", *range(10)), at(0))
+    [failure] = result.failures
+    assert "state budget exceeded" in failure.error and "budget 5" in failure.error
+
+
+def test_a_rule_over_its_time_budget_fails() -> None:
+    ticks = itertools.count()
+    clock = lambda: next(ticks) * 0.5  # noqa: E731 - every reading is half a second later
+    result = GroupEvaluator([rule(V_SHAPE, "v", time_budget_ms=100)], clock=clock).process(rows("t1", 1, 2), None)
+    assert "time budget exceeded: more than 100 ms" in result.failures[0].error
+
+
+def test_a_changed_rule_starts_with_fresh_state_and_a_removed_rules_state_is_dropped() -> None:
+    evaluator = GroupEvaluator([rule(V_SHAPE, "v"), rule(PER_MINUTE, "w")])
+    evaluator.process(rows("t1", 10, 8, 6), None)
+    state = evaluator.snapshot()
+    assert set(state) == {"rule_v@1", "rule_w@1"}
+    changed = GroupEvaluator([rule(V_SHAPE, "v", revision=2)], state)
+    assert changed.snapshot() == {}
+    # The new revision sees only the rows after the change: 9 alone cannot end a V.
+    assert changed.process(rows("t1", 9, start=40), at(600)).emitted == []

@@ -1,0 +1,78 @@
+"""Rules as submitted: kinds, the Spark SQL a filter becomes, and the messages that reject a rule."""
+
+import pytest
+
+from wayline.core.errors import RejectedInput
+from wayline.rules.rule import RuleKind, compile_rule
+
+LOGINS = """SELECT * FROM events MATCH_RECOGNIZE (
+  PARTITION BY data.user ORDER BY event_time MEASURES COUNT(F.*) AS failures
+  PATTERN (F{3,} S) WITHIN INTERVAL '5' MINUTE
+  DEFINE F AS F.type = 'login.failed', S AS S.type = 'login.ok')"""
+
+
+def test_the_three_kinds_and_their_partition_keys() -> None:
+    assert compile_rule("SELECT id FROM events WHERE type = 'a'").kind == RuleKind.FILTER
+    window = compile_rule("SELECT tenantid, COUNT(*) AS n FROM events GROUP BY tenantid, window(event_time, '1 minute')")
+    assert (window.kind, window.partition_key, window.stateful) == (RuleKind.WINDOW, (("tenantid",),), True)
+    pattern = compile_rule(LOGINS)
+    assert (pattern.kind, pattern.partition_key) == (RuleKind.PATTERN, (("data", "user"),))
+    assert pattern.time_bound.total_seconds() == 300
+
+
+def test_a_filter_becomes_spark_sql_with_typed_data_paths() -> None:
+    spec = compile_rule(
+        "SELECT id, data.amount AS amount FROM events WHERE data.amount >= 100 AND data.vip = TRUE "
+        "AND data.region = 'eu'"
+    ).filter
+    assert spec.where == (
+        "TRY_VARIANT_GET(`data`, '$[\\'amount\\']', 'double') >= 100 AND "
+        "TRY_VARIANT_GET(`data`, '$[\\'vip\\']', 'boolean') = TRUE AND "
+        "TRY_VARIANT_GET(`data`, '$[\\'region\\']', 'string') = 'eu'"
+    )
+    assert spec.select == (("id", "`id`"), ("amount", "TRY_VARIANT_GET(`data`, '$[\\'amount\\']', 'variant')"))
+
+
+def test_a_filter_partition_key_names_the_subject_only() -> None:
+    rule = compile_rule("SELECT id FROM events", (("tenantid",),))
+    assert rule.partition_key == (("tenantid",),) and not rule.stateful
+
+
+@pytest.mark.parametrize(("sql", "message"), [
+    ("SELECT id FROM events WHERE", "SQL syntax error at line 1"),
+    ("SELECT nope FROM events", "SELECT: unknown column nope; the events stream has id, source"),
+    ("SELECT id FROM events WHERE amount > 1", "WHERE: unknown column amount"),
+    ("SELECT id FROM orders", "a rule reads FROM events only, not orders"),
+    ("SELECT reflect('java.lang.Runtime', 'getRuntime') AS x FROM events",
+     "function REFLECT() is not supported in a rule (line 1, column 8)"),
+    ("SELECT id FROM events ORDER BY id", "ORDER is not supported in a filter rule"),
+    ("SELECT id FROM events a JOIN events b ON a.id = b.id", "a rule reads FROM events only"),
+    ("SELECT tenantid, COUNT(*) AS n FROM events GROUP BY tenantid",
+     "an aggregation rule needs a time bound: GROUP BY window(event_time"),
+    ("SELECT COUNT(*) AS n FROM events", "an aggregation rule needs a time bound"),
+    ("SELECT tenantid, data.x AS x, COUNT(*) AS n FROM events GROUP BY tenantid, window(event_time, '1 minute')",
+     "SELECT x: data.x is neither a GROUP BY key, window.start/window.end, nor inside an aggregate"),
+    ("SELECT COUNT(DISTINCT id) AS n FROM events GROUP BY window(event_time, '1 minute')",
+     "DISTINCT aggregates are not supported"),
+    ("SELECT COUNT(*) AS n FROM events GROUP BY window(event_time, '1 minute', '40 seconds')",
+     "the window size must be a whole number of slides"),
+    ("SELECT COUNT(*) AS n FROM events GROUP BY window(time, '1 minute')", "the first argument is event_time"),
+    ("""SELECT * FROM events MATCH_RECOGNIZE (PARTITION BY tenantid ORDER BY event_time
+        PATTERN (A B) DEFINE A AS A.type = 'x')""", "a pattern rule needs a time bound: add WITHIN INTERVAL"),
+    ("""SELECT * FROM events MATCH_RECOGNIZE (PARTITION BY tenantid ORDER BY time
+        PATTERN (A B) WITHIN INTERVAL '1' MINUTE DEFINE A AS A.type = 'x')""", "ORDER BY time: a pattern rule orders by event_time"),
+    ("""SELECT * FROM events MATCH_RECOGNIZE (PARTITION BY tenantid ORDER BY event_time
+        PATTERN (A B) WITHIN INTERVAL '1' MINUTE DEFINE A AS A.price > 1)""", "MATCH_RECOGNIZE: unknown column price"),
+    ("""SELECT * FROM events MATCH_RECOGNIZE (PARTITION BY tenantid ORDER BY event_time
+        ALL ROWS PER MATCH PATTERN (A B) WITHIN INTERVAL '1' MINUTE DEFINE A AS A.type = 'x')""",
+     "ALL ROWS PER MATCH is not supported"),
+])
+def test_bad_rules_are_rejected_with_a_message_that_points_at_the_problem(sql: str, message: str) -> None:
+    with pytest.raises(RejectedInput) as caught:
+        compile_rule(sql)
+    assert message in str(caught.value)
+
+
+def test_a_partition_key_that_disagrees_with_the_sql_is_rejected() -> None:
+    with pytest.raises(RejectedInput, match=r"partition_key: tenantid differs from the key the SQL states \(data.user\)"):
+        compile_rule(LOGINS, (("tenantid",),))
