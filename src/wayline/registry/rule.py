@@ -190,7 +190,7 @@ def upsert(session: Session, caller: Caller, body: RuleIn, state_budget: int, ti
         output_type=body.output_type, state_budget=body.state_budget or existing.state_budget,
         time_budget_ms=body.time_budget_ms or existing.time_budget_ms, enabled=body.enabled,
     )
-    fields = set(patch.model_fields) - ({"partition_key"} if body.partition_key is None else set())
+    fields = set(RulePatch.model_fields) - ({"partition_key"} if body.partition_key is None else set())
     return update(session, caller, existing.id, RulePatch(**patch.model_dump(include=fields)))
 
 

@@ -1,0 +1,55 @@
+"""Rules from the compacted control topic: create, change, remove, and bad records set aside."""
+
+import time
+
+import pytest
+
+from wayline.registry import rule as rule_service
+from wayline.registry.access import ADMIN
+from wayline.registry.models import Rule
+from wayline.registry.rule_control import ControlTopic, publish
+
+pytestmark = pytest.mark.integration
+
+SQL = "SELECT id FROM events WHERE type = 'control.test'"
+
+
+def _rule(database, name: str) -> Rule | None:
+    from sqlalchemy import select
+
+    with database.transaction() as session:
+        return session.scalar(select(Rule).where(Rule.name == name))
+
+
+def _apply_until(control: ControlTopic, database, done) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        control.apply_pending(database, timeout_s=0.5)
+        if done():
+            return
+    raise AssertionError("the control records were not applied within 30 s")
+
+
+def test_control_records_create_change_and_remove_rules(settings, database, unique) -> None:
+    control_settings = settings.model_copy(update={
+        "rules": settings.rules.model_copy(update={"control_topic": f"wayline.rules.control.{unique}"})})
+    control = ControlTopic(control_settings, group_id=f"control-{unique}")
+    name = f"ctl-{unique}"
+    try:
+        publish(control_settings, name, {"sql": SQL, "output_topic": "rules.out.ctl", "output_type": "alert.ctl"})
+        publish(control_settings, f"bad-{unique}", {"sql": "SELECT nope FROM events", "output_topic": "t",
+                                                    "output_type": "x"})
+        _apply_until(control, database, lambda: _rule(database, name) is not None and control.rejected)
+        assert _rule(database, name).revision == 1
+        assert control.rejected[0][0] == f"bad-{unique}" and "unknown column nope" in control.rejected[0][1]
+        assert _rule(database, f"bad-{unique}") is None
+
+        publish(control_settings, name, {"sql": SQL + " AND id = 'x'", "output_topic": "rules.out.ctl",
+                                         "output_type": "alert.ctl"})
+        _apply_until(control, database, lambda: _rule(database, name).revision == 2)
+        publish(control_settings, name, None)
+        _apply_until(control, database, lambda: _rule(database, name) is None)
+    finally:
+        control.close()
+        with database.transaction() as session:
+            rule_service.delete_by_name(session, ADMIN, name)
