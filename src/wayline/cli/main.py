@@ -14,6 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from wayline.cli.output import console, guarded
 from wayline.cli.registry import APPS
+from wayline.cli.rules import rules_app, watch_rules
 from wayline.core.errors import WaylineError
 from wayline.core.kafka import ensure_topics
 from wayline.core.settings import Settings
@@ -26,6 +27,7 @@ app.add_typer(run_app, name="run")
 app.add_typer(serve_app, name="serve")
 for _name, _sub_app in APPS.items():
     app.add_typer(_sub_app, name=_name)
+app.add_typer(rules_app, name="rules")
 
 
 def _start_stack(settings: Settings) -> local.StackState:
@@ -177,6 +179,13 @@ def run_delivery() -> None:
     finally:
         server.close()
         engine.dispose()
+
+
+@run_app.command("rules")
+@guarded
+def run_rules() -> None:
+    """Run every active rule over one read of the event topics; rules change while it runs."""
+    watch_rules(Settings())
 
 
 @serve_app.command("admin")

@@ -1,0 +1,140 @@
+"""`wayline rules …` (the rule registry, through the same service as the admin API) and
+`wayline run rules` (the rules job with a live per-rule view)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.live import Live
+from rich.table import Table
+
+from wayline.cli.output import console, guarded
+from wayline.cli.registry import Limit, registry, show
+from wayline.core.settings import Settings
+from wayline.registry import rule
+from wayline.registry.access import ADMIN
+
+rules_app = typer.Typer(no_args_is_help=True, help="Rules: SQL filters, window aggregations and MATCH_RECOGNIZE patterns.")
+COLUMNS = ("id", "name", "kind", "partition_key", "output_topic", "status", "revision", "error")
+
+
+def _sql(sql: str) -> str:
+    """``@file.sql`` reads the rule from a file."""
+    return Path(sql[1:]).read_text() if sql.startswith("@") else sql
+
+
+@rules_app.command("create")
+@guarded
+def create_rule(
+    name: str,
+    sql: Annotated[str, typer.Option(help="the rule, or @file.sql")],
+    output_topic: Annotated[str, typer.Option("--output-topic")],
+    output_type: Annotated[str, typer.Option("--output-type")],
+    partition_key: Annotated[list[str] | None, typer.Option("--partition-key", help="a column; repeat")] = None,
+    state_budget: Annotated[int | None, typer.Option(help="state entries per partition key")] = None,
+    time_budget_ms: Annotated[int | None, typer.Option(help="evaluation time per micro-batch")] = None,
+) -> None:
+    """Check a rule and deploy it; a running job picks it up between micro-batches."""
+    settings = Settings()
+    body = rule.RuleIn(name=name, sql=_sql(sql), output_topic=output_topic, output_type=output_type,
+                       partition_key=partition_key or None, state_budget=state_budget, time_budget_ms=time_budget_ms)
+    with registry() as (session, _):
+        created = rule.create(session, ADMIN, body, settings.rules.default_state_budget,
+                              settings.rules.default_time_budget_ms)
+    show([created], COLUMNS, "rule created")
+
+
+@rules_app.command("list")
+@guarded
+def list_rules(limit: Limit = 100) -> None:
+    with registry() as (session, _):
+        show(rule.list_(session, ADMIN, None, limit, 10_000), COLUMNS, "rules")
+
+
+@rules_app.command("show")
+@guarded
+def show_rule(rule_id: str) -> None:
+    with registry() as (session, _):
+        found = rule.get(session, ADMIN, rule_id)
+    show([found], COLUMNS, found.name)
+    console.print(found.sql)
+
+
+@rules_app.command("update")
+@guarded
+def update_rule(rule_id: str, sql: Annotated[str | None, typer.Option(help="the rule, or @file.sql")] = None) -> None:
+    """Change a rule's SQL (it restarts with fresh state)."""
+    with registry() as (session, _):
+        changed = rule.update(session, ADMIN, rule_id, rule.RulePatch(sql=_sql(sql) if sql else None))
+    show([changed], COLUMNS, "rule changed")
+
+
+@rules_app.command("enable")
+@guarded
+def enable_rule(rule_id: str) -> None:
+    """Run a stopped or quarantined rule again, with fresh state."""
+    with registry() as (session, _):
+        show([rule.update(session, ADMIN, rule_id, rule.RulePatch(enabled=True))], COLUMNS, "rule enabled")
+
+
+@rules_app.command("disable")
+@guarded
+def disable_rule(rule_id: str) -> None:
+    with registry() as (session, _):
+        show([rule.update(session, ADMIN, rule_id, rule.RulePatch(enabled=False))], COLUMNS, "rule disabled")
+
+
+@rules_app.command("delete")
+@guarded
+def delete_rule(rule_id: str) -> None:
+    with registry() as (session, _):
+        rule.delete(session, ADMIN, rule_id)
+    console.print(f"rule {rule_id} deleted")
+
+
+def _view(job) -> Table:
+    table = Table(title=f"rules: {job.counters.batches} micro-batches, {job.counters.events} events, "
+                        f"{job.counters.restarts} restarts")
+    for column in ("rule", "input", "matches", "eval ms", "state", "late", "quarantined"):
+        table.add_column(column)
+    for counters in list(job.counters.rules.values()):
+        table.add_row(counters.name, str(counters.input), str(counters.matches), str(counters.micros // 1000),
+                      str(counters.state), str(counters.late), str(counters.quarantined))
+    return table
+
+
+def watch_rules(settings: Settings) -> None:
+    """Run the rules job with a live per-rule view until Ctrl-C."""
+    from wayline.pipelines.rules import RulesJob
+    from wayline.registry.db import Database, make_engine
+    from wayline.registry.rule_control import ControlTopic
+    from wayline.stack.spark import spark_session
+
+    engine = make_engine(settings)
+    control = ControlTopic(settings)
+    try:
+        with console.status("starting Spark…"):
+            spark = spark_session(settings)
+        job = RulesJob(spark, settings, Database(engine), settings.checkpoint_root / "rules", control).start()
+        console.print(f"running rules; control topic {settings.rules.control_topic}; Ctrl-C stops")
+        try:
+            with Live(console=console, refresh_per_second=2) as live:
+                while True:
+                    job.raise_if_failed()
+                    live.update(_view(job))
+                    # Not awaitTermination: Ctrl-C must land outside a call into the JVM.
+                    time.sleep(0.5)
+        except KeyboardInterrupt:
+            console.print("stopping…")
+        finally:
+            job.stop()
+            spark.stop()
+    finally:
+        control.close()
+        engine.dispose()
+
+
+__all__ = ["rules_app", "watch_rules"]
