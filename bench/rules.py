@@ -1,0 +1,214 @@
+"""Benchmark: the rules job with 0 (baseline), 1, 10 and 100 rules over 100,000 partition keys.
+
+The stream: ``--events`` CloudEvents on one topic, spread over one hour of simulated event
+time, each for one of 100,000 users (``data.user``) with a price and an amount; types
+``bench.order``, ``bench.login.failed``, ``bench.login.ok``, ``bench.price``. The rule mix
+at 100 is the issue's: 70 filters/projections, 20 one-minute window aggregations per user
+(HAVING), 10 MATCH_RECOGNIZE patterns per user (WITHIN 5 minutes); 10 rules keep the same
+proportions (7/2/1); "1 filter" and "1 pattern" show each path alone. Every run starts a
+fresh query on a fresh checkpoint over the same events already in Kafka, so the rate is the
+job's, not the producer's: events / the summed durations of the micro-batches that read
+them (``maxOffsetsPerTrigger`` cuts the input into several). The baseline (no rules: read,
+parse, route, write nothing) runs in the same session. Reports medians of ``--runs``, the
+state after the hour (RocksDB rows and bytes of the stateful operator), and whether the
+plan reads Kafka once (the shuffle reused by both branches).
+
+Run: .venv/bin/python bench/rules.py [--events 100000] [--runs 3]
+It starts its own stack under bench/results/rules-state and stops it at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import platform
+import random
+import shutil
+import statistics
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import orjson
+from confluent_kafka import Producer
+from sqlalchemy import delete
+
+from wayline.core.kafka import ensure_topics
+from wayline.core.settings import Settings
+from wayline.registry import rule as rule_service
+from wayline.registry.access import ADMIN
+from wayline.registry.db import Database, make_engine, migrate
+from wayline.registry.models import Rule
+from wayline.stack import local
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "bench" / "results"
+T0 = datetime(2026, 3, 1, tzinfo=timezone.utc)
+USERS = 100_000
+TOPIC = "events.bench.rules"
+
+
+def filters(count: int) -> list[str]:
+    out = []
+    for i in range(count):
+        if i % 2:
+            out.append(f"SELECT id, data.user AS user, data.amount AS amount FROM events "
+                       f"WHERE type = 'bench.order' AND data.amount > {900 + i}")
+        else:
+            out.append(f"SELECT id, tenantid FROM events WHERE type = 'bench.price' AND data.price < {i % 7}")
+    return out
+
+
+def windows(count: int) -> list[str]:
+    return [f"SELECT data.user, window.start AS start, COUNT(*) AS n, SUM(data.amount) AS total FROM events "
+            f"WHERE type = 'bench.order' GROUP BY data.user, window(event_time, '1 minute') "
+            f"HAVING SUM(data.amount) > {1500 + i}" for i in range(count)]
+
+
+PATTERNS = [
+    """SELECT * FROM events MATCH_RECOGNIZE (PARTITION BY data.user ORDER BY event_time
+       MEASURES COUNT(F.*) AS failures PATTERN (F{{3,}} S) WITHIN INTERVAL '5' MINUTE
+       DEFINE F AS F.type = 'bench.login.failed', S AS S.type = 'bench.login.ok' AND {i} >= 0)""",
+    """SELECT * FROM events MATCH_RECOGNIZE (PARTITION BY data.user ORDER BY event_time
+       MEASURES FIRST(A.data.price) AS top, LAST(C.data.price) AS back PATTERN (A B+ C)
+       WITHIN INTERVAL '5' MINUTE
+       DEFINE A AS A.type = 'bench.price', B AS B.type = 'bench.price' AND B.data.price < PREV(B.data.price) - {i},
+              C AS C.type = 'bench.price' AND C.data.price > PREV(C.data.price))""",
+]
+
+
+def patterns(count: int) -> list[str]:
+    return [PATTERNS[i % len(PATTERNS)].format(i=i) for i in range(count)]
+
+
+CONFIGS = {
+    "baseline (no rules)": [],
+    "1 filter": filters(1),
+    "1 pattern": patterns(1),
+    "10 rules (7/2/1)": filters(7) + windows(2) + patterns(1),
+    "100 rules (70/20/10)": filters(70) + windows(20) + patterns(10),
+}
+
+
+def produce(bootstrap: str, count: int, seed: int = 7) -> None:
+    rng = random.Random(seed)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.num.messages": 10_000})
+    kinds = ("bench.order", "bench.order", "bench.price", "bench.login.failed", "bench.login.ok")
+    for n in range(count):
+        user = f"u{rng.randrange(USERS)}"
+        kind = rng.choice(kinds)
+        value = orjson.dumps({
+            "specversion": "1.0", "id": f"e{n}", "source": "bench", "type": kind, "tenantid": f"t{rng.randrange(100)}",
+            "time": (T0 + timedelta(seconds=3600 * n / count)).isoformat(),
+            "data": {"user": user, "price": rng.randrange(100), "amount": rng.randrange(1000)},
+        })
+        while True:
+            try:
+                producer.produce(TOPIC, key=user.encode(), value=value)
+                break
+            except BufferError:
+                producer.poll(0.1)
+        if n % 10_000 == 0:
+            producer.poll(0)
+    producer.flush(120)
+
+
+def deploy(database: Database, sqls: list[str], settings: Settings) -> None:
+    with database.transaction() as session:
+        session.execute(delete(Rule))
+        for index, sql in enumerate(sqls):
+            rule_service.create(session, ADMIN, rule_service.RuleIn(
+                name=f"bench-{index}", sql=sql, output_topic="bench.rules.out", output_type="bench.alert",
+            ), settings.rules.default_state_budget, 60_000)
+
+
+def run_once(spark, settings: Settings, database: Database, events: int, checkpoint: Path) -> dict[str, float]:
+    from wayline.pipelines.rules import RulesJob
+
+    shutil.rmtree(checkpoint, ignore_errors=True)
+    job = RulesJob(spark, settings, database, checkpoint).start()
+    try:
+        deadline = time.monotonic() + 1800
+        while time.monotonic() < deadline:
+            job.raise_if_failed()
+            progress = job.query.recentProgress
+            if sum(p["numInputRows"] for p in progress) >= events:
+                break
+            time.sleep(1)
+        else:
+            raise RuntimeError("the job did not read every event within 30 minutes")
+        busy = [p for p in job.query.recentProgress if p["numInputRows"] > 0]
+        seconds = sum(p["durationMs"]["triggerExecution"] for p in busy) / 1000
+        last = job.query.lastProgress
+        state = (last.get("stateOperators") or [{}])[0]
+        plan = io.StringIO()
+        with contextlib.redirect_stdout(plan):
+            job.query.explain()
+        return {
+            "rate": events / seconds, "seconds": seconds, "batches": len(busy),
+            "state_rows": state.get("numRowsTotal", 0), "state_bytes": state.get("memoryUsedBytes", 0),
+            "rocksdb_bytes": (state.get("customMetrics") or {}).get("rocksdbTotalSizeOfL0Files", 0)
+            + (state.get("customMetrics") or {}).get("rocksdbSstFileSize", 0),
+            "kafka_scans": plan.getvalue().count("MicroBatchScan"),
+            "reused_exchanges": plan.getvalue().count("ReusedExchange"),
+            "matches": sum(c.matches for c in job.counters.rules.values()),
+        }
+    finally:
+        job.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--events", type=int, default=100_000)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--only", action="append", help="run only these configurations")
+    args = parser.parse_args()
+
+    state_dir = RESULTS / "rules-state"
+    shutil.rmtree(state_dir, ignore_errors=True)
+    base = Settings(state_dir=state_dir, spark={"jars_dir": REPO / "jars" / "spark"},
+                    stack={"broker_jars_dir": REPO / "jars" / "broker"})
+    local.up(base)
+    settings = base.model_copy(update={
+        "kafka": base.kafka.model_copy(update={"event_topic_prefix": "events.bench.", "max_offsets_per_trigger": 25_000}),
+    })
+    try:
+        bootstrap = settings.kafka_bootstrap()
+        ensure_topics(bootstrap, [TOPIC], 2)
+        ensure_topics(bootstrap, ["bench.rules.out"], 2)
+        started = time.perf_counter()
+        produce(bootstrap, args.events)
+        produced_s = time.perf_counter() - started
+        engine = make_engine(settings)
+        migrate(engine)
+        database = Database(engine)
+        from wayline.stack.spark import spark_session
+
+        spark = spark_session(settings)
+        results = {}
+        for name, sqls in CONFIGS.items():
+            if args.only and name not in args.only:
+                continue
+            deploy(database, sqls, settings)
+            runs = [run_once(spark, settings, database, args.events, state_dir / "ckpt") for _ in range(args.runs)]
+            rates = [r["rate"] for r in runs]
+            results[name] = {"median_rate": statistics.median(rates), "rates": rates, "last": runs[-1]}
+            print(f"{name:>22}: median {statistics.median(rates):>9,.0f} events/s  runs "
+                  f"{', '.join(f'{r:,.0f}' for r in rates)}  state rows {runs[-1]['state_rows']:,} "
+                  f"bytes {runs[-1]['state_bytes']:,}  kafka scans {runs[-1]['kafka_scans']} "
+                  f"reused exchanges {runs[-1]['reused_exchanges']}  matches {runs[-1]['matches']:,}", flush=True)
+        RESULTS.mkdir(exist_ok=True)
+        (RESULTS / "rules.json").write_text(json.dumps({
+            "date": datetime.now(timezone.utc).isoformat(), "machine": platform.platform(),
+            "events": args.events, "produced_s": produced_s, "results": results,
+        }, indent=2))
+        spark.stop()
+        engine.dispose()
+    finally:
+        local.down(base)
+
+
+if __name__ == "__main__":
+    main()
