@@ -11,7 +11,9 @@ from datetime import timedelta
 from fastapi import FastAPI
 
 from wayline.api import errors
-from wayline.api.routers import api_keys, catalog, customers, endpoints, rules, subscriptions
+from wayline.api.routers import (
+    api_keys, attempts, catalog, customers, dead_letters, endpoint_actions, endpoints, rules, subscriptions,
+)
 from wayline.core.settings import Settings
 from wayline.registry.db import Database
 from wayline.registry.endpoint import EndpointService
@@ -35,7 +37,7 @@ def create_app(settings: Settings, database: Database, resolver: Resolver = reso
     app.state.endpoints = endpoint_service(settings, resolver)
     errors.install(app)
     for router in (customers.router, api_keys.router, catalog.router, endpoints.router, subscriptions.router,
-                   rules.router):
+                   rules.router, endpoint_actions.router, attempts.router, dead_letters.router):
         app.include_router(router)
 
     @app.get("/health", tags=["health"])

@@ -120,6 +120,22 @@ class DeliverySettings(_Section):
     metrics_port: int = Field(
         default=9464, ge=0, le=65_535, description="the driver's Prometheus /metrics; 0: any free port"
     )
+    retry_poll_s: float = Field(default=1.0, gt=0, description="the retry query looks for due retries this often")
+    retry_claim_limit: int = Field(
+        default=1000, ge=1, description="retries one sending task claims per micro-batch of the retry query"
+    )
+    retry_lease_s: float = Field(
+        default=60.0, gt=0,
+        description="a claimed retry is due again after this long if its drainer died; keep above stage_deadline_s",
+    )
+    disable_after_s: float = Field(
+        default=432_000.0, gt=0, description="an endpoint whose retries have all failed this long is disabled (5 days)"
+    )
+    operations_topic: str = Field(
+        default="events.wayline.operations",
+        description="Wayline's own CloudEvents (endpoint disabled, message dead-lettered); under the event topic "
+                    "prefix, so customers can subscribe to them like any event",
+    )
 
 
 class RulesSettings(_Section):

@@ -15,13 +15,18 @@ call these on groups and Arrow batches):
 - ``auth``         Basic, Bearer and OAuth2 client-credentials headers
 - ``targets``      an endpoint as a sending task needs it (picklable, auth bound per task)
 - ``stage``        one task's deliveries under one deadline: skip settled, send, settle, record
-- ``store``        the delivery log and the retry store (PostgreSQL)
+- ``store``        the delivery log, the retry store, the attempt log and the dead letters (PostgreSQL)
+- ``drain``        the retry path: claim due retries, attempt, settle, bury the dead, find failing endpoints
+- ``attempt_log``  every attempt, as the customer lists it
+- ``dead_letter``  dead letters as the customer uses them: poll, acknowledge, replay; test events
+- ``operations``   Wayline's own CloudEvents (endpoint disabled, message dead-lettered) onto Kafka
 - ``outcomes``     tallies per endpoint and subscription, and the micro-batch summary
 - ``metrics``      the Prometheus view of the summaries
 - ``holder``       the registry snapshot in use, swapped when the registry version moves
 
 Only ``http_client`` imports an HTTP client; ``metrics`` serves ``/metrics`` with
-prometheus-client, and ``store`` is the one module that talks to PostgreSQL.
+prometheus-client; ``store``, ``drain``, ``attempt_log`` and ``dead_letter`` talk to
+PostgreSQL, ``operations`` to Kafka.
 """
 
 from wayline.delivery.attempt import (
@@ -42,6 +47,7 @@ from wayline.delivery.auth import (
     OAuth2ClientCredentials,
     TokenError,
 )
+from wayline.delivery.attempt_log import AttemptOut, AttemptPage, list_attempts
 from wayline.delivery.batch import (
     BATCH_CONTENT_TYPE,
     Batch,
@@ -54,10 +60,34 @@ from wayline.delivery.batch import (
 )
 from wayline.delivery.bucket import Bucket, Bundle, ReadyBatch, Source
 from wayline.delivery.circuit import CircuitBreaker, CircuitBreakers, CircuitSettings, CircuitState, process_breakers
+from wayline.delivery.dead_letter import (
+    AckUpTo,
+    Acknowledged,
+    DeadLetterOut,
+    DeadLetterPage,
+    Replayed,
+    ReplayRange,
+    TestEventIn,
+    TestEventOut,
+    acknowledge_dead_letter,
+    acknowledge_up_to,
+    get_dead_letter,
+    poll_dead_letters,
+    replay_dead_letter,
+    replay_dead_letters,
+    send_test_event,
+)
 from wayline.delivery.dispatch import Dispatcher, TokenBucket
+from wayline.delivery.drain import Buried, Claim, EndpointHealth, Failing, RetryQueue, run_retry_stage
 from wayline.delivery.holder import SnapshotHolder, Versioned
 from wayline.delivery.http_client import AiohttpTransport, HttpSettings
 from wayline.delivery.metrics import DeliveryMetrics, MetricsServer, Overview, serve_metrics
+from wayline.delivery.operations import (
+    OperationalEvent,
+    OperationsProducer,
+    dead_lettered_events,
+    endpoint_disabled_event,
+)
 from wayline.delivery.outcomes import BatchSummary, Outcome, PairTally, Tally, failure_reason
 from wayline.delivery.retry import DEFAULT_SCHEDULE, Random, RetryPolicy, Verdict, classify, next_attempt_at
 from wayline.delivery.signing import (
@@ -70,8 +100,18 @@ from wayline.delivery.signing import (
     sign,
     signed_headers,
 )
-from wayline.delivery.stage import StageSettings, run_stage
-from wayline.delivery.store import DeliveryLogEntry, DeliveryStore, PostgresDeliveryStore, RetryEntry, describe
+from wayline.delivery.stage import StageSettings, attempt_all, run_stage
+from wayline.delivery.store import (
+    AttemptLogEntry,
+    DeadLetterEntry,
+    DeliveryLogEntry,
+    DeliveryStore,
+    PostgresDeliveryStore,
+    RetryEntry,
+    attempt_row,
+    describe,
+    failed_attempt,
+)
 from wayline.delivery.targets import Target, target_of
 from wayline.delivery.transport import (
     Auth,
@@ -91,7 +131,12 @@ __all__ = [
     "ID_HEADER",
     "SIGNATURE_HEADER",
     "TIMESTAMP_HEADER",
+    "AckUpTo",
+    "Acknowledged",
     "AiohttpTransport",
+    "AttemptLogEntry",
+    "AttemptOut",
+    "AttemptPage",
     "Auth",
     "BasicAuth",
     "Batch",
@@ -103,11 +148,16 @@ __all__ = [
     "BearerAuth",
     "Bucket",
     "Bundle",
+    "Buried",
     "CircuitBreaker",
     "CircuitBreakers",
     "CircuitSettings",
     "CircuitState",
+    "Claim",
     "ClientCredentials",
+    "DeadLetterEntry",
+    "DeadLetterOut",
+    "DeadLetterPage",
     "DeadLetterReason",
     "DeadLettered",
     "DeliveryLogEntry",
@@ -115,7 +165,9 @@ __all__ = [
     "DeliveryStore",
     "Dispatcher",
     "Endpoint",
+    "EndpointHealth",
     "EndpointLimits",
+    "Failing",
     "Failure",
     "FailureKind",
     "Gone",
@@ -123,6 +175,8 @@ __all__ = [
     "Kind",
     "MetricsServer",
     "OAuth2ClientCredentials",
+    "OperationalEvent",
+    "OperationsProducer",
     "Outcome",
     "Overview",
     "PairTally",
@@ -131,11 +185,14 @@ __all__ = [
     "PostgresDeliveryStore",
     "Random",
     "ReadyBatch",
+    "ReplayRange",
+    "Replayed",
     "Request",
     "Response",
     "Result",
     "RetryEntry",
     "RetryPolicy",
+    "RetryQueue",
     "Secret",
     "SnapshotHolder",
     "Source",
@@ -144,20 +201,36 @@ __all__ = [
     "Succeeded",
     "Tally",
     "Target",
+    "TestEventIn",
+    "TestEventOut",
     "TokenBucket",
     "TokenError",
     "Transport",
     "Verdict",
     "Versioned",
     "WillRetry",
+    "acknowledge_dead_letter",
+    "acknowledge_up_to",
+    "attempt_all",
+    "attempt_row",
     "batch_message_id",
     "classify",
+    "dead_lettered_events",
     "describe",
+    "endpoint_disabled_event",
+    "failed_attempt",
     "failure_reason",
+    "get_dead_letter",
+    "list_attempts",
     "message_id",
     "next_attempt_at",
+    "poll_dead_letters",
     "process_breakers",
+    "replay_dead_letter",
+    "replay_dead_letters",
+    "run_retry_stage",
     "run_stage",
+    "send_test_event",
     "serve_metrics",
     "settle",
     "shard_for",

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
 from wayline.core.settings import DeliverySettings
-from wayline.delivery.attempt import Pending, settle
+from wayline.delivery.attempt import Pending, State, settle
 from wayline.delivery.circuit import CircuitSettings, process_breakers
 from wayline.delivery.dispatch import Dispatcher
 from wayline.delivery.outcomes import Tally
@@ -82,17 +82,31 @@ def run_stage(
             todo.append(pending)
     if not todo:
         return tally
-    results = asyncio.run(_attempt(todo, targets, transport, settings, clock()))
-    finished = clock()
-    chance = rng or random.Random()
-    states = [
-        settle(pending, result, finished, chance, settings.policy)
-        for pending, result in zip(todo, results, strict=True)
-    ]
+    states = attempt_all(todo, targets, transport, settings, clock=clock, rng=rng)
     store.record(states)
     for state in states:
         tally.settled(state)
     return tally
+
+
+def attempt_all(
+    todo: Sequence[Pending],
+    targets: Mapping[str, Target],
+    transport: TransportFactory,
+    settings: StageSettings,
+    *,
+    clock: Callable[[], datetime] = _utc_now,
+    rng: Random | None = None,
+) -> list[State]:
+    """Send each of ``todo`` once under the stage deadline (no dedupe, no store check: the
+    caller decided they are due); where each one goes next, in order."""
+    results = asyncio.run(_attempt(todo, targets, transport, settings, clock()))
+    finished = clock()
+    chance = rng or random.Random()
+    return [
+        settle(pending, result, finished, chance, settings.policy)
+        for pending, result in zip(todo, results, strict=True)
+    ]
 
 
 async def _attempt(
@@ -127,4 +141,4 @@ async def _attempt(
     return [unsendable[position] if position in unsendable else next(answers) for position in range(len(todo))]
 
 
-__all__ = ["StageSettings", "TransportFactory", "run_stage"]
+__all__ = ["StageSettings", "TransportFactory", "attempt_all", "run_stage"]

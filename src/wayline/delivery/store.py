@@ -8,6 +8,10 @@
   A delivery that needs no further attempt (a permanent 4xx, a 410, the schedule used
   up) is handed over the same way with ``dead_reason`` set: the retry path owns the
   dead-letter store, the delivery stage only hands over.
+- ``delivery_attempts``: every attempt that did not succeed (a success is its delivery-log
+  row), so a customer can see each attempt's status, error and time.
+- ``dead_letters``: deliveries no attempt is left for, moved there by the retry path; a
+  customer polls, acknowledges and replays them (:mod:`wayline.delivery.dead_letter`).
 
 Both writes are idempotent (``ON CONFLICT DO NOTHING``): a replayed stage may write the
 same rows again. The tables live in the registry's database and its migrations.
@@ -16,12 +20,12 @@ same rows again. The tables live in the registry's database and its migrations.
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any, Protocol
 
 from sqlalchemy import (
-    ARRAY, DateTime, Engine, Index, Integer, LargeBinary, SmallInteger, String, Text, any_, bindparam, func,
-    select, text, union_all,
+    ARRAY, BigInteger, DateTime, Engine, Identity, Index, Integer, LargeBinary, SmallInteger, String, Text, any_,
+    bindparam, func, select, text, union_all,
 )
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.exc import OperationalError
@@ -29,7 +33,7 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from wayline.core.errors import RetryLater
 from wayline.delivery.attempt import DeadLettered, Gone, Pending, State, Succeeded, WillRetry
-from wayline.delivery.transport import Failure, Result
+from wayline.delivery.transport import Failure, Response, Result
 from wayline.registry.models import Base
 
 GONE_REASON = "gone"
@@ -70,11 +74,48 @@ class RetryEntry(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now(), nullable=False)
 
 
+class AttemptLogEntry(Base):
+    """One attempt that did not succeed."""
+
+    __tablename__ = "delivery_attempts"
+    id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
+    webhook_id: Mapped[str] = mapped_column(String(64), nullable=False, index=True)
+    endpoint_id: Mapped[str] = mapped_column(String(40), nullable=False)
+    subscription_id: Mapped[str] = mapped_column(String(40), nullable=False)
+    attempt: Mapped[int] = mapped_column(SmallInteger, nullable=False)
+    status: Mapped[int | None] = mapped_column(SmallInteger)
+    """The HTTP status, or NULL when no answer came (timeout, connection, deadline, circuit open)."""
+    error: Mapped[str] = mapped_column(Text, nullable=False)
+    latency_ms: Mapped[int] = mapped_column(Integer, nullable=False)
+    attempted_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+
+
+class DeadLetterEntry(Base):
+    """A delivery no attempt is left for: the exact body, its endpoint, why, and when."""
+
+    __tablename__ = "dead_letters"
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    """Time-ordered (``dl_``): the poll cursor is the last id seen."""
+    webhook_id: Mapped[str] = mapped_column(String(64), nullable=False, unique=True)
+    customer_id: Mapped[str | None] = mapped_column(String(40))
+    """Copied from the endpoint when dead-lettered; NULL if it was deleted (then only admins see it)."""
+    kind: Mapped[str] = mapped_column(String(16), nullable=False)
+    endpoint_id: Mapped[str] = mapped_column(String(40), nullable=False)
+    subscription_id: Mapped[str] = mapped_column(String(40), nullable=False)
+    event_ids: Mapped[list[str]] = mapped_column(ARRAY(Text), nullable=False)
+    payload: Mapped[bytes] = mapped_column(LargeBinary, nullable=False)
+    attempts: Mapped[int] = mapped_column(SmallInteger, nullable=False)
+    reason: Mapped[str] = mapped_column(String(16), nullable=False)
+    last_error: Mapped[str] = mapped_column(Text, nullable=False)
+    first_attempt_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    dead_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+
+
 class DeliveryStore(Protocol):
     """What a delivery stage needs from storage; the retry path reads the same tables."""
 
     def settled(self, webhook_ids: Collection[str]) -> set[str]:
-        """The ids among these that need no sending: acknowledged, or already handed to the retry path."""
+        """The ids among these that need no sending: acknowledged, handed to the retry path, or dead."""
         ...
 
     def record(self, states: Sequence[State]) -> None:
@@ -104,6 +145,7 @@ class PostgresDeliveryStore:
         query = union_all(
             select(DeliveryLogEntry.webhook_id).where(DeliveryLogEntry.webhook_id == any_(ids)),
             select(RetryEntry.webhook_id).where(RetryEntry.webhook_id == any_(ids)),
+            select(DeadLetterEntry.webhook_id).where(DeadLetterEntry.webhook_id == any_(ids)),
         )
         try:
             with self._engine.connect() as connection:
@@ -113,7 +155,9 @@ class PostgresDeliveryStore:
 
     def record(self, states: Sequence[State]) -> None:
         logged = [_log_row(s) for s in states if isinstance(s, Succeeded)]
-        handed_over = [_retry_row(s) for s in states if not isinstance(s, Succeeded)]
+        failed = [s for s in states if not isinstance(s, Succeeded)]
+        handed_over = [_retry_row(s) for s in failed]
+        now = datetime.now(timezone.utc)
         try:
             with self._engine.begin() as connection:
                 # executemany: SQLAlchemy pages the rows into multi-row INSERTs.
@@ -121,6 +165,7 @@ class PostgresDeliveryStore:
                     connection.execute(insert(DeliveryLogEntry).on_conflict_do_nothing(), logged)
                 if handed_over:
                     connection.execute(insert(RetryEntry).on_conflict_do_nothing(), handed_over)
+                    connection.execute(insert(AttemptLogEntry), [attempt_row(s, now) for s in failed])
         except OperationalError as exc:
             raise RetryLater(f"the delivery store is unreachable: {exc.orig}") from exc
 
@@ -138,15 +183,32 @@ def _log_row(state: Succeeded) -> dict[str, Any]:
     }
 
 
-def _retry_row(state: WillRetry | DeadLettered | Gone) -> dict[str, Any]:
-    pending: Pending
-    outcome: Result
+def failed_attempt(state: WillRetry | DeadLettered | Gone) -> tuple[Pending, Result, str | None]:
+    """The delivery as attempted (attempts counted), the attempt's outcome, and the dead reason if any."""
     if isinstance(state, WillRetry):
-        pending, outcome, dead_reason = state.next, state.outcome, None
-    elif isinstance(state, DeadLettered):
-        pending, outcome, dead_reason = state.failed, state.outcome, state.reason.value
-    else:
-        pending, outcome, dead_reason = state.failed, state.response, GONE_REASON
+        return state.next, state.outcome, None
+    if isinstance(state, DeadLettered):
+        return state.failed, state.outcome, state.reason.value
+    return state.failed, state.response, GONE_REASON
+
+
+def attempt_row(state: WillRetry | DeadLettered | Gone, at: datetime) -> dict[str, Any]:
+    """The attempt-log row of a failed attempt settled at ``at``."""
+    pending, outcome, _ = failed_attempt(state)
+    return {
+        "webhook_id": pending.webhook_id,
+        "endpoint_id": pending.endpoint_id,
+        "subscription_id": pending.subscription_id,
+        "attempt": pending.attempts,
+        "status": outcome.status if isinstance(outcome, Response) else None,
+        "error": describe(outcome)[:MAX_ERROR_CHARS],
+        "latency_ms": round(outcome.elapsed_s * 1000),
+        "attempted_at": at,
+    }
+
+
+def _retry_row(state: WillRetry | DeadLettered | Gone) -> dict[str, Any]:
+    pending, outcome, dead_reason = failed_attempt(state)
     return {
         "webhook_id": pending.webhook_id,
         "kind": pending.kind.value,
@@ -164,9 +226,13 @@ def _retry_row(state: WillRetry | DeadLettered | Gone) -> dict[str, Any]:
 __all__ = [
     "GONE_REASON",
     "MAX_ERROR_CHARS",
+    "AttemptLogEntry",
+    "DeadLetterEntry",
     "DeliveryLogEntry",
     "DeliveryStore",
     "PostgresDeliveryStore",
     "RetryEntry",
+    "attempt_row",
     "describe",
+    "failed_attempt",
 ]

@@ -12,6 +12,8 @@ PREFIXES = {
     "endpoint": "ep",
     "secret": "whs",
     "subscription": "sub",
+    "dead_letter": "dl",
+    "test_event": "evt_test",
     "rule": "rule",
 }
 

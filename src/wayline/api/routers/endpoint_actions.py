@@ -1,0 +1,27 @@
+"""What a customer does to an endpoint besides editing it: re-enable it, send it a test event."""
+
+from fastapi import APIRouter
+
+from wayline.api.deps import DB, CallerDep, EndpointsDep
+from wayline.delivery import dead_letter
+from wayline.registry.endpoint import EndpointOut, EndpointPatch
+from wayline.registry.ids import new_id
+
+router = APIRouter(prefix="/endpoints", tags=["endpoints"])
+
+
+@router.post("/{endpoint_id}/enable", response_model=EndpointOut)
+def enable_endpoint(endpoint_id: str, db: DB, caller: CallerDep, service: EndpointsDep):
+    """Re-enable an endpoint (after Wayline disabled it, or its owner did). Its failure clock starts again."""
+    with db.transaction() as session:
+        return service.update(session, caller, endpoint_id, EndpointPatch(enabled=True))
+
+
+@router.post("/{endpoint_id}/test", response_model=dead_letter.TestEventOut, status_code=202)
+def send_test_event(endpoint_id: str, body: dead_letter.TestEventIn, db: DB, caller: CallerDep):
+    """Queue a signed `wayline.endpoint.test` event; its attempts appear under /attempts."""
+    with db.transaction() as session:
+        return dead_letter.send_test_event(session, caller, endpoint_id, body, new_id("test_event"))
+
+
+__all__ = ["router"]

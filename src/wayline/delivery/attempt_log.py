@@ -1,0 +1,124 @@
+"""Every delivery attempt, as the customer sees it in the API.
+
+The store keeps an attempt where its outcome lands: a success is the one row of the
+delivery log (attempt number included), every other attempt — failed, cut by the
+deadline, not sent because the circuit was open — is a row of the attempt log
+(:class:`~wayline.delivery.store.AttemptLogEntry`). Writing only failures there keeps the
+healthy path at one row per delivery; listing reads both tables as one, newest first.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from datetime import datetime
+from typing import Any, Literal
+
+import orjson
+from pydantic import BaseModel
+from sqlalchemy import Select, literal, select, tuple_, union_all
+from sqlalchemy.orm import Session
+
+from wayline.core.errors import RejectedInput
+from wayline.delivery.store import AttemptLogEntry, DeliveryLogEntry
+from wayline.registry.access import Caller, owned
+from wayline.registry.models import Endpoint, Subscription
+
+AttemptOutcome = Literal["succeeded", "failed"]
+
+
+class AttemptOut(BaseModel):
+    webhook_id: str
+    endpoint_id: str
+    subscription_id: str
+    attempt: int
+    outcome: AttemptOutcome
+    status: int | None
+    error: str
+    latency_ms: int
+    attempted_at: datetime
+
+
+class AttemptPage(BaseModel):
+    data: list[AttemptOut]
+    next_cursor: str | None
+
+
+def _attempts() -> Any:
+    """Both tables as one, in the columns of :class:`AttemptOut`."""
+    log = DeliveryLogEntry
+    return union_all(
+        select(log.webhook_id, log.endpoint_id, log.subscription_id, log.attempt,
+               literal("succeeded").label("outcome"), log.status.label("status"), literal("").label("error"),
+               log.latency_ms, log.delivered_at.label("attempted_at")),
+        select(AttemptLogEntry.webhook_id, AttemptLogEntry.endpoint_id, AttemptLogEntry.subscription_id,
+               AttemptLogEntry.attempt, literal("failed").label("outcome"), AttemptLogEntry.status,
+               AttemptLogEntry.error, AttemptLogEntry.latency_ms, AttemptLogEntry.attempted_at),
+    ).subquery("attempts")
+
+
+def _encode(row: Any) -> str:
+    raw = orjson.dumps([row.attempted_at.isoformat(), row.webhook_id, row.attempt])
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode(cursor: str) -> tuple[datetime, str, int]:
+    try:
+        at, webhook_id, attempt = orjson.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+        return datetime.fromisoformat(at), str(webhook_id), int(attempt)
+    except (binascii.Error, ValueError, TypeError) as exc:
+        raise RejectedInput("cursor: not a cursor this API returned") from exc
+
+
+def list_attempts(
+    session: Session,
+    caller: Caller,
+    *,
+    endpoint_id: str | None = None,
+    subscription_id: str | None = None,
+    webhook_id: str | None = None,
+    outcome: AttemptOutcome | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    cursor: str | None = None,
+    limit: int = 100,
+    max_limit: int = 500,
+) -> AttemptPage:
+    """Attempts newest first, filtered; a customer sees only its own endpoints' attempts."""
+    if not 1 <= limit <= max_limit:
+        raise RejectedInput(f"limit: must be between 1 and {max_limit}")
+    if endpoint_id is not None:
+        owned(session, Endpoint, endpoint_id, caller, "endpoint")
+    if subscription_id is not None:
+        owned(session, Subscription, subscription_id, caller, "subscription")
+    attempts = _attempts()
+    query: Select[Any] = select(attempts)
+    if endpoint_id is not None:
+        query = query.where(attempts.c.endpoint_id == endpoint_id)
+    if subscription_id is not None:
+        query = query.where(attempts.c.subscription_id == subscription_id)
+    if webhook_id is not None:
+        query = query.where(attempts.c.webhook_id == webhook_id)
+    if not caller.is_admin:
+        query = query.where(attempts.c.endpoint_id.in_(
+            select(Endpoint.id).where(Endpoint.customer_id == caller.customer_id)))
+    if outcome is not None:
+        query = query.where(attempts.c.outcome == outcome)
+    if since is not None:
+        query = query.where(attempts.c.attempted_at >= since)
+    if until is not None:
+        query = query.where(attempts.c.attempted_at < until)
+    if cursor:
+        position = tuple_(attempts.c.attempted_at, attempts.c.webhook_id, attempts.c.attempt)
+        query = query.where(position < tuple_(*_decode(cursor)))
+    order = (attempts.c.attempted_at.desc(), attempts.c.webhook_id.desc(), attempts.c.attempt.desc())
+    rows = list(session.execute(query.order_by(*order).limit(limit + 1)))
+    more = len(rows) > limit
+    rows = rows[:limit]
+    return AttemptPage(
+        data=[AttemptOut.model_validate(row._mapping) for row in rows],
+        next_cursor=_encode(rows[-1]) if more else None,
+    )
+
+
+__all__ = ["AttemptOut", "AttemptOutcome", "AttemptPage", "list_attempts"]

@@ -1,0 +1,266 @@
+"""The retry path's side of the stores: claim due entries, settle them, bury the dead.
+
+A retry entry goes round one cycle per attempt:
+
+1. **claim** (:meth:`RetryQueue.claim`): due rows of one shard of endpoints are taken with
+   ``FOR UPDATE SKIP LOCKED`` and leased in the same statement — their ``due_at`` is pushed
+   to the end of the lease and committed at once, so no transaction stays open while
+   HTTP requests run, and two drainers never take the same row;
+2. **attempt** (:func:`run_retry_stage`): the claimed deliveries go through the same
+   dispatcher, signing, limits, deadline and breakers as the main path, *without* the
+   store's "already settled" check (the entry itself is what that check would find);
+3. **settle** (:meth:`RetryQueue.settle`), one transaction: a success is logged and its
+   entry deleted; a failure updates the entry (attempts, next due time, error) or, when
+   no attempt is left, marks it dead — but only if the entry still carries this claim's
+   lease, so an attempt that outlived its lease cannot overwrite a newer claim's outcome.
+
+If the process dies between 1 and 3 the lease runs out and the entry is due again: an
+entry is never lost, and one whose success was logged is never sent again (the log row
+and the delete commit together).
+
+**bury** (:meth:`RetryQueue.bury`) moves every entry marked dead — by the main path's
+stage or by step 3 — into the dead-letter store; :meth:`RetryQueue.failing_endpoints`
+finds endpoints whose retries have failed for too long.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+
+from sqlalchemy import DateTime, Engine, String, Text, delete, func, select, text, update
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.orm import Mapped, Session, mapped_column
+
+from wayline.core.errors import RetryLater
+from wayline.delivery.attempt import DeadLettered, Gone, Kind, Pending, State, Succeeded, WillRetry
+from wayline.delivery.outcomes import Tally
+from wayline.delivery.retry import Random
+from wayline.delivery.stage import StageSettings, TransportFactory, attempt_all
+from wayline.delivery.store import (
+    MAX_ERROR_CHARS, AttemptLogEntry, DeadLetterEntry, DeliveryLogEntry, RetryEntry, attempt_row, describe, failed_attempt,
+)
+from wayline.delivery.targets import Target
+from wayline.registry.ids import new_id
+from wayline.registry.models import Base, Endpoint
+
+
+class EndpointHealth(Base):
+    """Since when an endpoint's retries have all failed; the row goes NULL on a success."""
+
+    __tablename__ = "endpoint_health"
+    endpoint_id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    failing_since: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    last_error: Mapped[str] = mapped_column(Text, nullable=False, server_default="")
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """A retry entry taken by one drainer until ``leased_until``."""
+
+    pending: Pending
+    leased_until: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Buried:
+    """A delivery just moved to the dead-letter store."""
+
+    dead_letter_id: str
+    webhook_id: str
+    customer_id: str | None
+    endpoint_id: str
+    subscription_id: str
+    event_ids: tuple[str, ...]
+    reason: str
+    attempts: int
+    last_error: str
+    dead_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Failing:
+    """An enabled endpoint whose retries have failed since ``since``."""
+
+    endpoint_id: str
+    since: datetime
+    last_error: str
+
+
+def _utc_now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class RetryQueue:
+    """The retry store as the retry path uses it; every call is one transaction."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    def claim(self, shard: int, shards: int, limit: int, lease: timedelta, now: datetime) -> list[Claim]:
+        """Up to ``limit`` entries due at ``now`` whose endpoint hashes to ``shard`` of ``shards``, oldest due first."""
+        leased_until = now + lease
+        # One endpoint's entries always land in one shard: its in-flight and rate limits
+        # then hold in one task, as on the main path.
+        due = (
+            select(RetryEntry.webhook_id)
+            .where(RetryEntry.dead_reason.is_(None), RetryEntry.due_at <= now,
+                   text("(hashtext(endpoint_id) & 2147483647) % :shards = :shard").bindparams(
+                       shards=shards, shard=shard))
+            .order_by(RetryEntry.due_at)
+            .limit(limit)
+            .with_for_update(skip_locked=True)
+        )
+        claim = (
+            update(RetryEntry)
+            .where(RetryEntry.webhook_id.in_(due.scalar_subquery()))
+            .values(due_at=leased_until)
+            .returning(RetryEntry)
+        )
+        with self._transaction() as session:
+            return [Claim(_pending(row), leased_until) for row in session.scalars(claim)]
+
+    def settle(self, claims: Sequence[Claim], states: Sequence[State], now: datetime) -> None:
+        """Keep the outcome of each claimed entry's attempt (``states`` in the order of ``claims``)."""
+        succeeded = [s for s in states if isinstance(s, Succeeded)]
+        failed = [s for s in states if not isinstance(s, Succeeded)]
+        lease = {claim.pending.webhook_id: claim.leased_until for claim in claims}
+        with self._transaction() as session:
+            if succeeded:
+                session.execute(insert(DeliveryLogEntry).on_conflict_do_nothing(), [
+                    {"webhook_id": s.delivered.webhook_id, "endpoint_id": s.delivered.endpoint_id,
+                     "subscription_id": s.delivered.subscription_id, "status": s.response.status,
+                     "latency_ms": round(s.response.elapsed_s * 1000), "attempt": s.attempt, "delivered_at": s.at}
+                    for s in succeeded
+                ])
+                # A success is final whoever holds the lease now.
+                session.execute(delete(RetryEntry).where(
+                    RetryEntry.webhook_id.in_([s.delivered.webhook_id for s in succeeded])))
+            for state in failed:
+                pending, outcome, dead_reason = failed_attempt(state)
+                session.execute(
+                    update(RetryEntry)
+                    .where(RetryEntry.webhook_id == pending.webhook_id,
+                           RetryEntry.due_at == lease[pending.webhook_id])
+                    .values(attempts=pending.attempts, due_at=now if dead_reason else pending.due_at,
+                            last_error=describe(outcome)[:MAX_ERROR_CHARS], dead_reason=dead_reason)
+                )
+            if failed:
+                session.execute(insert(AttemptLogEntry), [attempt_row(s, now) for s in failed])
+            self._track_health(session, succeeded, failed, now)
+
+    def _track_health(self, session: Session, succeeded: Sequence[Succeeded],
+                      failed: Sequence[WillRetry | DeadLettered | Gone], now: datetime) -> None:
+        healthy = {s.delivered.endpoint_id for s in succeeded}
+        if healthy:
+            session.execute(update(EndpointHealth).where(EndpointHealth.endpoint_id.in_(healthy))
+                            .values(failing_since=None, last_error=""))
+        failing: dict[str, str] = {}
+        for state in failed:
+            pending, outcome, _ = failed_attempt(state)
+            if pending.endpoint_id not in healthy:
+                failing[pending.endpoint_id] = describe(outcome)[:MAX_ERROR_CHARS]
+        if failing:
+            upsert = insert(EndpointHealth).values(
+                [{"endpoint_id": e, "failing_since": now, "last_error": error} for e, error in sorted(failing.items())]
+            )
+            session.execute(upsert.on_conflict_do_update(
+                index_elements=[EndpointHealth.endpoint_id],
+                set_={"failing_since": func.coalesce(EndpointHealth.failing_since, upsert.excluded.failing_since),
+                      "last_error": upsert.excluded.last_error},
+            ))
+
+    def bury(self, limit: int, now: datetime, before_commit: Callable[[list[Buried]], None]) -> list[Buried]:
+        """Move up to ``limit`` dead entries to the dead-letter store. ``before_commit`` sees
+        them inside the transaction (to announce them): if it fails, nothing moves."""
+        with self._transaction() as session:
+            rows = list(session.scalars(
+                select(RetryEntry).where(RetryEntry.dead_reason.is_not(None))
+                .order_by(RetryEntry.due_at).limit(limit).with_for_update(skip_locked=True)
+            ))
+            if not rows:
+                return []
+            owners = {
+                endpoint_id: customer_id
+                for endpoint_id, customer_id in session.execute(
+                    select(Endpoint.id, Endpoint.customer_id).where(Endpoint.id.in_(sorted({r.endpoint_id for r in rows})))
+                )
+            }
+            buried = [
+                Buried(dead_letter_id=new_id("dead_letter"), webhook_id=r.webhook_id,
+                       customer_id=owners.get(r.endpoint_id), endpoint_id=r.endpoint_id,
+                       subscription_id=r.subscription_id, event_ids=tuple(r.event_ids), reason=str(r.dead_reason),
+                       attempts=r.attempts, last_error=r.last_error, dead_at=now)
+                for r in rows
+            ]
+            # A message dead-lettered again after a replay replaces its earlier dead letter.
+            session.execute(delete(DeadLetterEntry).where(
+                DeadLetterEntry.webhook_id.in_([b.webhook_id for b in buried])))
+            session.execute(insert(DeadLetterEntry), [
+                {"id": b.dead_letter_id, "webhook_id": r.webhook_id, "customer_id": b.customer_id, "kind": r.kind,
+                 "endpoint_id": r.endpoint_id, "subscription_id": r.subscription_id, "event_ids": r.event_ids,
+                 "payload": r.payload, "attempts": r.attempts, "reason": b.reason, "last_error": r.last_error,
+                 "first_attempt_at": r.created_at, "dead_at": now}
+                for b, r in zip(buried, rows, strict=True)
+            ])
+            session.execute(delete(RetryEntry).where(RetryEntry.webhook_id.in_([r.webhook_id for r in rows])))
+            before_commit(buried)
+        return buried
+
+    def failing_endpoints(self, failing_for: timedelta, now: datetime) -> list[Failing]:
+        """Enabled endpoints whose retries have failed for ``failing_for`` — counted from the
+        later of the first failure and the endpoint's last change, so re-enabling (or
+        fixing) an endpoint gives it a full period again."""
+        started = func.greatest(EndpointHealth.failing_since, Endpoint.updated_at)
+        query = (
+            select(EndpointHealth.endpoint_id, started, EndpointHealth.last_error)
+            .join(Endpoint, Endpoint.id == EndpointHealth.endpoint_id)
+            .where(Endpoint.enabled.is_(True), EndpointHealth.failing_since.is_not(None),
+                   started <= now - failing_for)
+            .order_by(EndpointHealth.endpoint_id)
+        )
+        with self._transaction() as session:
+            return [Failing(endpoint_id, since, error) for endpoint_id, since, error in session.execute(query)]
+
+    @contextmanager
+    def _transaction(self) -> Iterator[Session]:
+        try:
+            with Session(self._engine) as session, session.begin():
+                yield session
+        except OperationalError as exc:
+            raise RetryLater(f"the delivery store is unreachable: {exc.orig}") from exc
+
+
+def _pending(row: RetryEntry) -> Pending:
+    return Pending(
+        kind=Kind(row.kind), webhook_id=row.webhook_id, endpoint_id=row.endpoint_id,
+        subscription_id=row.subscription_id, event_ids=tuple(row.event_ids), payload=row.payload,
+        attempts=row.attempts, due_at=row.due_at,
+    )
+
+
+def run_retry_stage(
+    claims: Sequence[Claim],
+    targets: Mapping[str, Target],
+    queue: RetryQueue,
+    transport: TransportFactory,
+    settings: StageSettings,
+    *,
+    clock: Callable[[], datetime] = _utc_now,
+    rng: Random | None = None,
+) -> Tally:
+    """Attempt the claimed deliveries once more and settle them; what happened, in counts."""
+    tally = Tally()
+    if not claims:
+        return tally
+    states = attempt_all([c.pending for c in claims], targets, transport, settings, clock=clock, rng=rng)
+    queue.settle(claims, states, clock())
+    for state in states:
+        tally.settled(state)
+    return tally
+
+
+__all__ = ["Buried", "Claim", "EndpointHealth", "Failing", "RetryQueue", "run_retry_stage"]
