@@ -26,9 +26,10 @@ Only a stateful rule with partition-key columns no running rule has needs anothe
 of the plan: the job then restarts the query on its checkpoint (seconds; nothing is lost).
 
 Isolation: the processor reports a rule that failed (``wayline.rules.engine``); the driver
-quarantines it in the registry and drops its output for the micro-batch. Filters cannot
-fail on data (their arithmetic and casts are the ``try_`` forms); if the combined write
-of the filters still fails, each filter is run alone and the failing ones quarantined.
+quarantines it in the registry and drops its output for the micro-batch. A filter reads
+``data.*`` with ``try_variant_get`` (a value that does not convert is NULL), but its SQL
+can still fail in the JVM (ANSI mode raises on a division by zero): then the combined
+write of the filters fails, each filter is run alone, and the failing ones are quarantined.
 """
 
 from __future__ import annotations
@@ -221,7 +222,7 @@ class RulesProcessor(StatefulProcessor):
 
 def _rows_of(frame: pd.DataFrame) -> list[tuple[str, dict[str, Any]]]:
     """The group's rows as the rules read them: envelope columns, ``data`` as JSON values."""
-    times = frame["event_time"].dt.tz_localize("UTC").dt.to_pydatetime()
+    times = list(frame["event_time"].dt.tz_localize("UTC").dt.to_pydatetime())
     datas = [orjson.loads(text) if text is not None else None for text in frame["data_json"]]
     columns = {name: frame[name].tolist() for name in _STATE_COLUMNS}
     keys = frame["key_value"].tolist()
@@ -270,8 +271,8 @@ def rules_stream(spark: SparkSession, settings: Settings, key_specs: Sequence[st
     passed = routed.where(F.col("key_spec") == F.lit(PASS)).select(
         F.lit(EVENT).alias("out_kind"), *EVENT_COLUMNS,
     )
-    if not key_specs:
-        return passed
+    # The stateful branch is there even before any stateful rule: a restart may then add
+    # routes (a stateless change) but never a stateful operator the checkpoint lacks.
     stateful = routed.where(F.col("key_spec") != F.lit(PASS)).select(
         "key_spec", "shard", "key_value", "event_time", F.to_json("data").alias("data_json"), *_STATE_COLUMNS,
     ).groupBy("key_spec", "shard").transformWithStateInPandas(
@@ -290,11 +291,10 @@ def _iso_time(column: str) -> Column:
     return F.date_format(F.col(column), "yyyy-MM-dd'T'HH:mm:ss.SSSSSS'Z'")
 
 
-def filter_output(events: DataFrame, rule: ActiveRule) -> DataFrame:
-    """One filter rule's output as Kafka records (topic, key, value), built in the JVM."""
+def _record(rule: ActiveRule) -> Column:
+    """One filter rule's output record for the current event, NULL where it does not pass."""
     spec = rule.compiled.filter
     assert spec is not None
-    selected = events.where(F.expr(spec.where)) if spec.where else events
     data = F.struct(*(F.expr(expression).alias(name) for name, expression in spec.select))
     key_parts = rule.compiled.partition_key
     subject = F.concat_ws("/", *(F.coalesce(_key_column(p), F.lit("")) for p in key_parts)) if key_parts else F.col("subject")
@@ -309,12 +309,23 @@ def filter_output(events: DataFrame, rule: ActiveRule) -> DataFrame:
         F.col("tenantid").alias("tenantid"),
         data.alias("data"),
     )
-    return selected.select(
+    record = F.struct(
         F.lit(rule.output_topic).alias("topic"),
         F.lit(rule.state_key).alias("rule"),
         subject.cast("binary").alias("key"),
         F.to_json(event).cast("binary").alias("value"),
     )
+    return F.when(F.expr(spec.where), record) if spec.where else record
+
+
+def filters_output(events: DataFrame, rules: Sequence[ActiveRule]) -> DataFrame:
+    """Every filter's output as Kafka records (topic, rule, key, value), in one pass in the JVM.
+
+    One projection for all filters, not a union of one plan per filter: a union of 70
+    plans overflowed the analyzer's stack (bench/rules.py, 100 rules).
+    """
+    records = F.filter(F.array(*map(_record, rules)), lambda record: record.isNotNull())
+    return events.select(F.explode(records).alias("r")).select("r.topic", "r.rule", "r.key", "r.value")
 
 
 # -- the job ----------------------------------------------------------------------------------
@@ -435,20 +446,19 @@ class RulesJob:
         batch = batch.persist()
         try:
             events = batch.where(F.col("out_kind") == F.lit(EVENT)).select(*EVENT_COLUMNS)
-            small = [] if not self._query_specs else batch.where(
-                F.col("out_kind").isin(FAILURE, METRICS)).select("out_kind", "out_rule", "out_value", "out_count").collect()
+            small = batch.where(F.col("out_kind").isin(FAILURE, METRICS)).select(
+                "out_kind", "out_rule", "out_value", "out_count").collect()
             failed = {row.out_rule: row.out_value for row in small if row.out_kind == FAILURE}
-            outputs: list[DataFrame] = []
-            if self._query_specs:
-                emitted = batch.where(F.col("out_kind") == F.lit(EMIT))
-                if failed:
-                    emitted = emitted.where(~F.col("out_rule").isin(list(failed)))
-                outputs.append(emitted.select(
-                    F.col("out_topic").alias("topic"), F.col("out_rule").alias("rule"),
-                    F.col("out_key").cast("binary").alias("key"), F.col("out_value").cast("binary").alias("value"),
-                ))
+            emitted = batch.where(F.col("out_kind") == F.lit(EMIT))
+            if failed:
+                emitted = emitted.where(~F.col("out_rule").isin(list(failed)))
+            outputs: list[DataFrame] = [emitted.select(
+                F.col("out_topic").alias("topic"), F.col("out_rule").alias("rule"),
+                F.col("out_key").cast("binary").alias("key"), F.col("out_value").cast("binary").alias("value"),
+            )]
             filters = rules.filters
-            outputs.extend(filter_output(events, rule) for rule in filters)
+            if filters:
+                outputs.append(filters_output(events, filters))
             count = events.count()
             per_rule = self._write(outputs, events, filters, failed)
             self._account(count, per_rule, small, failed, by_key)
@@ -470,7 +480,7 @@ class RulesJob:
             except Exception as exc:  # noqa: BLE001 - find the filter that broke it, run the rest
                 log.warning("the filters' combined output failed (%s); running them one by one", exc)
                 combined.unpersist()
-                return self._write_one_by_one(outputs[: len(outputs) - len(filters)], events, filters, failed)
+                return self._write_one_by_one(outputs[:1], events, filters, failed)
             write_to_kafka(combined.select("topic", "key", "value"), self._settings)
             return per_rule
         finally:
@@ -481,7 +491,7 @@ class RulesJob:
         per_rule: dict[str, int] = {}
         good = list(stateful)
         for rule in filters:
-            frame = filter_output(events, rule).persist()
+            frame = filters_output(events, [rule]).persist()
             try:
                 per_rule[rule.state_key] = frame.count()
                 good.append(frame)
@@ -559,6 +569,6 @@ class RulesJob:
 
 
 __all__ = [
-    "OUTPUT_SCHEMA", "RuleSet", "RulesJob", "RulesProcessor", "active_rule", "filter_output", "load_rule_set",
+    "OUTPUT_SCHEMA", "RuleSet", "RulesJob", "RulesProcessor", "active_rule", "filters_output", "load_rule_set",
     "routed_events", "rules_stream",
 ]
