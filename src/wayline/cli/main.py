@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.live import Live
@@ -19,6 +19,9 @@ from wayline.core.errors import WaylineError
 from wayline.core.kafka import ensure_topics
 from wayline.core.settings import Settings
 from wayline.stack import loadgen, local
+
+if TYPE_CHECKING:
+    from wayline.stack.receiver import Receiver
 
 app = typer.Typer(no_args_is_help=True, help="Wayline: event streaming on Apache Spark.")
 run_app = typer.Typer(no_args_is_help=True, help="Run a pipeline.")
@@ -137,18 +140,17 @@ def run_inspect() -> None:
     _watch_inspect(Settings())
 
 
-@run_app.command("delivery")
-@guarded
-def run_delivery() -> None:
-    """Deliver matched events to subscribed endpoints, signed, one by one or in batches; metrics on /metrics."""
+def _watch_delivery(settings: Settings, receiver: Receiver | None = None,
+                    stop_when: Callable[[], bool] = lambda: False) -> None:
+    """Run the delivery job with a live view until Ctrl-C (or ``stop_when``); with a local
+    ``receiver``, the view shows what each of its endpoints got."""
     from wayline.api.app import endpoint_service
+    from wayline.cli.views import delivery_view
     from wayline.delivery.metrics import DeliveryMetrics, serve_metrics
-    from wayline.delivery.outcomes import Outcome
     from wayline.pipelines.delivery import start_delivery
     from wayline.registry.db import Database, make_engine
     from wayline.stack.spark import spark_session
 
-    settings = Settings()
     metrics = DeliveryMetrics()
     server = serve_metrics(metrics, settings.delivery.metrics_host, settings.delivery.metrics_port)
     engine = make_engine(settings)
@@ -158,15 +160,11 @@ def run_delivery() -> None:
         job = start_delivery(spark, settings, Database(engine), endpoint_service(settings), metrics)
         console.print(f"delivering; metrics at {server.url}; Ctrl-C stops")
         try:
-            with console.status("waiting for events…") as status:
-                while job.isActive:
-                    seen = metrics.overview()
-                    status.update(
-                        f"{seen.batches:,} micro-batches · {seen.events:,} events · "
-                        f"{seen.deliveries[Outcome.DELIVERED]:,} delivered · "
-                        f"{seen.deliveries[Outcome.RETRIED]:,} to retry · {seen.held:,} waiting for a batch · "
-                        f"{seen.filtered:,} filtered · {seen.quarantined:,} quarantined"
-                    )
+            with Live(console=console, refresh_per_second=2) as live:
+                while job.isActive and not stop_when():
+                    progress = job.matching.lastProgress or {}
+                    live.update(delivery_view(metrics.overview(), float(progress.get("inputRowsPerSecond") or 0),
+                                              receiver.stats() if receiver else {}))
                     # Not awaitTermination: Ctrl-C must land outside a call into the JVM.
                     time.sleep(0.5)
             if job.exception() is not None:
@@ -181,11 +179,57 @@ def run_delivery() -> None:
         engine.dispose()
 
 
+@run_app.command("delivery")
+@guarded
+def run_delivery() -> None:
+    """Deliver matched events to subscribed endpoints, signed, one by one or in batches; metrics on /metrics."""
+    _watch_delivery(Settings())
+
+
 @run_app.command("rules")
 @guarded
 def run_rules() -> None:
     """Run every active rule over one read of the event topics; rules change while it runs."""
     watch_rules(Settings())
+
+
+@run_app.command("retries")
+@guarded
+def run_retries() -> None:
+    """Drain the retry store: re-attempt due deliveries, dead-letter the exhausted, disable endpoints failing too long."""
+    from wayline.api.app import endpoint_service
+    from wayline.delivery.metrics import DeliveryMetrics
+    from wayline.delivery.outcomes import Outcome
+    from wayline.pipelines.retries import start_retries
+    from wayline.registry.db import Database, make_engine
+    from wayline.stack.spark import spark_session
+
+    settings = Settings()
+    metrics = DeliveryMetrics()
+    engine = make_engine(settings)
+    try:
+        with console.status("starting Spark…"):
+            spark = spark_session(settings)
+        query = start_retries(spark, settings, Database(engine), endpoint_service(settings), metrics)
+        console.print(f"draining retries every {settings.delivery.retry_poll_s:g} s; Ctrl-C stops")
+        try:
+            with console.status("waiting for due retries…") as status:
+                while query.isActive:
+                    seen = metrics.overview()
+                    status.update(f"{seen.deliveries[Outcome.DELIVERED]:,} delivered on retry · "
+                                  f"{seen.deliveries[Outcome.RETRIED]:,} to retry again · "
+                                  f"{seen.deliveries[Outcome.DEAD_LETTERED]:,} dead-lettered")
+                    # Not awaitTermination: Ctrl-C must land outside a call into the JVM.
+                    time.sleep(0.5)
+            if query.exception() is not None:
+                raise WaylineError(f"the retry query failed: {query.exception()}")
+        except KeyboardInterrupt:
+            console.print("stopping…")
+        finally:
+            query.stop()
+            spark.stop()
+    finally:
+        engine.dispose()
 
 
 @serve_app.command("admin")
@@ -211,8 +255,17 @@ def demo(
     rate: Annotated[float, typer.Option(help="events per second to produce")] = 2000,
     bad_fraction: Annotated[float, typer.Option(help="share of broken records")] = 0.01,
 ) -> None:
-    """Start the stack, produce a stream, and watch it flow through Spark. Ctrl-C stops all."""
-    settings = Settings()
+    """Start the stack, seed sample subscriptions, produce a stream and deliver it to a local
+    receiver that checks every signature. Ctrl-C stops all."""
+    from wayline.api.app import endpoint_service
+    from wayline.registry.db import Database, make_engine
+    from wayline.stack.receiver import Receiver, ReceiverServer
+    from wayline.stack.seed import seed
+
+    base = Settings()
+    # The demo's endpoints live on this machine, which endpoint URLs may not name unless allowed.
+    settings = base.model_copy(update={"registry": base.registry.model_copy(
+        update={"url_allow_list": [*base.registry.url_allow_list, "127.0.0.1/32"]})})
     state = _start_stack(settings)
     console.print(f"Kafka at {state.kafka_bootstrap}, PostgreSQL at {state.postgres_dsn}")
     ensure_topics(state.kafka_bootstrap, loadgen.topics(settings.kafka.event_topic_prefix), settings.kafka.topic_partitions)
@@ -226,13 +279,24 @@ def demo(
         except BaseException as exc:  # surfaced in the main thread below
             failures.append(exc)
 
+    receiver = ReceiverServer(Receiver())
     producer = threading.Thread(target=feed, name="wayline-demo-producer", daemon=True)
-    producer.start()
     try:
-        _watch_inspect(settings, stop_when=lambda: bool(failures))
+        engine = make_engine(settings)
+        try:
+            seeded = seed(Database(engine), endpoint_service(settings), receiver.url)
+        finally:
+            engine.dispose()
+        receiver.receiver.trust(seeded.secrets)
+        for described in seeded.subscriptions.values():
+            console.print(f"  subscription {described}")
+        producer.start()
+        _watch_delivery(settings, receiver.receiver, stop_when=lambda: bool(failures))
     finally:
         stop.set()
-        producer.join(timeout=70)
+        if producer.is_alive():
+            producer.join(timeout=70)
+        receiver.close()
         with console.status("stopping the stack…"):
             local.down(settings)
     if failures:

@@ -5,6 +5,10 @@ from __future__ import annotations
 from rich.console import Group
 from rich.table import Table
 
+from typing import Any
+
+from wayline.delivery.metrics import Overview
+from wayline.delivery.outcomes import Outcome
 from wayline.pipelines.inspect import InspectCounts
 from wayline.stack.local import StackState
 
@@ -43,4 +47,30 @@ def inspect_view(counts: InspectCounts, input_rate: float, processed_rate: float
     return Group(summary, types, reasons)
 
 
-__all__ = ["inspect_view", "stack_table"]
+def _seconds(value: float | None) -> str:
+    return "–" if value is None else f"{value * 1000:,.0f} ms"
+
+
+def delivery_view(seen: Overview, input_rate: float, endpoints: dict[str, dict[str, Any]]) -> Group:
+    """The delivery job's counts beside what each endpoint of the local receiver got."""
+    summary = Table.grid(padding=(0, 2))
+    summary.add_row(
+        f"[bold]{seen.events:,}[/] events",
+        f"input {input_rate:,.0f}/s",
+        f"[bold green]{seen.deliveries[Outcome.DELIVERED]:,}[/] requests delivered",
+        f"{seen.held:,} waited for a batch",
+        f"[yellow]{seen.deliveries[Outcome.RETRIED]:,}[/] to retry",
+        f"{seen.filtered:,} matched no one",
+        f"[red]{seen.quarantined:,}[/] quarantined",
+        f"{seen.batches} micro-batches",
+    )
+    table = Table(title="What the endpoints received (signatures checked with standardwebhooks)")
+    for column in ("endpoint", "requests", "events", "bad signatures", "latency p50", "latency p99"):
+        table.add_column(column, justify="left" if column == "endpoint" else "right")
+    for path, got in endpoints.items():
+        table.add_row(path, f"{got['requests']:,}", f"{got['events']:,}", f"{got['rejected']:,}",
+                      _seconds(got["latency_p50_s"]), _seconds(got["latency_p99_s"]))
+    return Group(summary, table)
+
+
+__all__ = ["delivery_view", "inspect_view", "stack_table"]

@@ -27,8 +27,10 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
+import functools
 import threading
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,7 +41,7 @@ from pyspark.sql.streaming import StreamingQuery
 from sqlalchemy.exc import OperationalError
 
 from wayline.core.envelope import BINARY_PREFIX
-from wayline.core.errors import RejectedInput, RetryLater
+from wayline.core.errors import RejectedInput, RetryLater, WaylineError
 from wayline.core.kafka import ensure_topics
 from wayline.core.settings import Settings
 from wayline.delivery.batch import DEFAULT_MAX_COUNT, DEFAULT_MAX_WAIT
@@ -218,6 +220,29 @@ def disable_gone(database: Database, subscription_ids: set[str]) -> None:
             _log.warning("disabled subscription %s: its endpoint answered 410 Gone", subscription_id)
 
 
+# Spark matches a failed foreachBatch's message against a regex to tell a stop from a
+# failure; a message of many kilobytes (SQL with thousands of parameters) overflows the
+# query thread's stack, and the query then dies without recording why.
+MAX_FAILURE_CHARS = 2000
+MicroBatchStep = Callable[[DataFrame, int], None]
+
+
+def concise_failures(query: str, step: MicroBatchStep) -> MicroBatchStep:
+    """``step`` with its failures logged in full and re-raised with a short message."""
+
+    @functools.wraps(step)
+    def run(batch: DataFrame, batch_id: int) -> None:
+        try:
+            step(batch, batch_id)
+        except Exception as exc:
+            _log.exception("%s: micro-batch %d failed", query, batch_id)
+            raise WaylineError(
+                f"{query}: micro-batch {batch_id} failed: {type(exc).__name__}: {str(exc)[:MAX_FAILURE_CHARS]}"
+            ) from None
+
+    return run
+
+
 class DeliveryJob:
     """The matching and batching queries, run as one job: both stop when either stops."""
 
@@ -297,11 +322,12 @@ def start_delivery(
         read_kafka(spark, settings)
         .writeStream.queryName("wayline-delivery")
         .option("checkpointLocation", str(root / "matching"))
-        .foreachBatch(match_and_send)
+        .foreachBatch(concise_failures("wayline-delivery", match_and_send))
     )
     # The batching query starts first: it must be reading before the first leftovers arrive
     # (it would find them anyway, from the earliest offset, but not as soon).
-    batching = start_batching(spark, settings, send_ready, str(root / "batching"), available_now=available_now)
+    batching = start_batching(spark, settings, concise_failures("wayline-delivery-batching", send_ready),
+                              str(root / "batching"), available_now=available_now)
     if available_now:
         writer = writer.trigger(availableNow=True)
     else:
@@ -315,12 +341,14 @@ def start_delivery(
 __all__ = [
     "BATCH",
     "DELIVERY_CALLER",
+    "MAX_FAILURE_CHARS",
     "ROUTES_SCHEMA",
     "STREAMING",
     "DeliveryJob",
     "LiveSnapshot",
     "deliver_micro_batch",
     "disable_gone",
+    "concise_failures",
     "event_body",
     "events_with_bodies",
     "load_live_snapshot",

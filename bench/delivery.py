@@ -1,0 +1,224 @@
+"""Benchmark: the delivery job from Kafka to a local receiver, batch and streaming mode.
+
+Everything on this machine: broker, PostgreSQL, the Spark job, and the receiver (its own
+process, checking every signature with ``standardwebhooks``). The registry: five
+endpoints, each subscribed to 100 of the load generator's 500 event types for every
+tenant, so every event is delivered exactly once. Per run, with fresh topics:
+
+- **ceiling**: a plain ``confluent-kafka`` consumer reads the same events (no parsing);
+- **batch**: a backlog of events drained by the job in batch mode (max 1,000 or 1 s);
+- **streaming**: a backlog drained in streaming mode (one request per event);
+- **latency**: streaming mode at a steady produce rate; end-to-end p50/p99 from each
+  event's ``time`` to its arrival at the receiver;
+- the Spark JVM's peak resident memory through the runs (the backlogs are bursts of
+  many seconds of traffic, cut into micro-batches by ``maxOffsetsPerTrigger``).
+
+Rates are events delivered divided by the time from the first to the last request the
+receiver got. Run: .venv/bin/python bench/delivery.py [--runs 3] [--batch-events 400000]
+It starts its own stack under bench/results/delivery-state and stops it at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import platform
+import shutil
+import statistics
+import time
+import urllib.request
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer
+
+from wayline.api.app import endpoint_service
+from wayline.core.kafka import ensure_topics
+from wayline.core.settings import Settings
+from wayline.delivery.metrics import DeliveryMetrics
+from wayline.pipelines.delivery import start_delivery
+from wayline.registry import subscription
+from wayline.registry.db import Database, make_engine, migrate
+from wayline.stack import loadgen, local
+from wayline.stack.receiver import Receiver, ReceiverServer
+from wayline.stack.seed import SeedEndpoint, seed
+from wayline.stack.spark import spark_session
+from wayline.registry.endpoint import NoAuth
+
+RESULTS = Path(__file__).resolve().parent / "results"
+ENDPOINTS = 5
+STREAMING_PER_TRIGGER = 10_000
+STAGE_DEADLINE_S = 10.0
+STALL_S = 300
+
+
+def receive(port_out: Any, secrets_in: Any) -> None:
+    """The receiver process: serve until killed; secrets arrive after the registry is seeded."""
+    receiver = Receiver()
+    server = ReceiverServer(receiver)
+    port_out.send(server.port)
+    while True:
+        receiver.trust(secrets_in.recv())
+
+
+def stats(url: str) -> dict[str, dict[str, Any]]:
+    with urllib.request.urlopen(f"{url}/stats", timeout=30) as answer:
+        return json.loads(answer.read())
+
+
+def shape(mode: subscription.Mode, run: str) -> list[SeedEndpoint]:
+    names = [t.name for t in loadgen.catalog()]
+    per = len(names) // ENDPOINTS
+    extra: dict[str, Any] = {"max_count": 1000, "max_wait_ms": 1000} if mode == "batch" else {}
+    return [
+        SeedEndpoint(f"/{run}/{mode}/{n}", "Bench", NoAuth(), (subscription.SubscriptionIn(
+            endpoint_id="", event_types=names[n * per:(n + 1) * per], mode=mode, **extra),))
+        for n in range(ENDPOINTS)
+    ]
+
+
+def java_peak_rss_mb() -> float:
+    """Peak resident memory of this process's Java children (the Spark driver JVM)."""
+    peak = 0
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+        if int(fields["PPid"]) == os.getpid() and b"java" in cmdline and b"SparkSubmit" in cmdline:
+            peak = max(peak, int(fields["VmHWM"].split()[0]))
+    return peak / 1024
+
+
+def consume_all(bootstrap: str, topics: list[str], count: int) -> float:
+    """Events/s for a plain consumer reading ``count`` records of ``topics``."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{time.time()}",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer.subscribe(topics)
+    seen, started = 0, None
+    try:
+        while seen < count:
+            for message in consumer.consume(10_000, timeout=1.0):
+                if message.error() is None:
+                    started = started or time.monotonic()
+                    seen += 1
+        return seen / (time.monotonic() - started)
+    finally:
+        consumer.close()
+
+
+def one_run(spark: Any, base: Settings, database: Database, receiver_url: str, secrets_out: Any, run: str,
+            mode: subscription.Mode, events: int, rate: float | None) -> dict[str, Any]:
+    prefix = f"bench.{run}.{mode}."
+    # Streaming mode sends one request per event: a micro-batch must be small enough for
+    # its requests to finish within the stage deadline, or they all go to the retry store.
+    per_trigger = base.kafka.max_offsets_per_trigger if mode == "batch" else STREAMING_PER_TRIGGER
+    settings = base.model_copy(update={
+        "kafka": base.kafka.model_copy(update={"event_topic_prefix": prefix, "max_offsets_per_trigger": per_trigger}),
+        "delivery": base.delivery.model_copy(update={"batch_topic": f"bench.{run}.batching",
+                                                     "stage_deadline_s": STAGE_DEADLINE_S}),
+    })
+    topics = loadgen.topics(prefix)
+    ensure_topics(settings.kafka_bootstrap(), topics, settings.kafka.topic_partitions)
+    endpoints = endpoint_service(settings)
+    seeded = seed(database, endpoints, receiver_url, shape(mode, run))
+    secrets_out.send(seeded.secrets)
+    factory = loadgen.EventFactory(topic_prefix=prefix, run_id=run)
+    result: dict[str, Any] = {"mode": mode, "events": events}
+    if rate is None:  # a backlog: produced first, then drained
+        loadgen.produce(settings.kafka_bootstrap(), factory.records(events))
+        result["ceiling_events_per_s"] = consume_all(settings.kafka_bootstrap(), topics, events)
+    checkpoint = RESULTS / "delivery-state" / "checkpoints" / run / mode
+    job = start_delivery(spark, settings, database, endpoints, DeliveryMetrics(), checkpoint=checkpoint)
+    started = time.time()
+    try:
+        if rate is not None:
+            loadgen.produce(settings.kafka_bootstrap(), factory.records(events), rate=rate)
+        ours: dict[str, dict[str, Any]] = {}
+        seen, moved_at = 0, time.time()
+        while time.time() - moved_at < STALL_S and job.isActive:
+            ours = {p: s for p, s in stats(receiver_url).items() if p.startswith(f"/{run}/{mode}/")}
+            now_seen = sum(s["events"] for s in ours.values())
+            if now_seen >= events:
+                break
+            if now_seen > seen:
+                seen, moved_at = now_seen, time.time()
+            time.sleep(0.5)
+        assert job.exception() is None, job.exception()
+    finally:
+        job.stop()
+    delivered = sum(s["events"] for s in ours.values())
+    first = min(s["first_at"] for s in ours.values())
+    last = max(s["last_at"] for s in ours.values())
+    result |= {
+        "delivered": delivered,
+        "requests": sum(s["requests"] for s in ours.values()),
+        "bad_signatures": sum(s["rejected"] for s in ours.values()),
+        "events_per_s": delivered / (last - first),
+        "job_wall_s": last - started,
+        "latency_p50_s": statistics.median(s["latency_p50_s"] for s in ours.values()),
+        "latency_p99_s": max(s["latency_p99_s"] for s in ours.values()),
+    }
+    print(json.dumps(result), flush=True)
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--batch-events", type=int, default=400_000)
+    parser.add_argument("--streaming-events", type=int, default=100_000)
+    parser.add_argument("--latency-rate", type=float, default=2000)
+    parser.add_argument("--latency-seconds", type=float, default=20)
+    args = parser.parse_args()
+
+    state = RESULTS / "delivery-state"
+    shutil.rmtree(state, ignore_errors=True)
+    settings = Settings(state_dir=state, registry={"url_allow_list": ["127.0.0.1/32"]})
+    local.up(settings)
+    engine = make_engine(settings)
+    migrate(engine)
+    database = Database(engine)
+    port_in, port_out = multiprocessing.Pipe(duplex=False)
+    secrets_in, secrets_out = multiprocessing.Pipe(duplex=False)
+    receiver = multiprocessing.Process(target=receive, args=(port_out, secrets_in), daemon=True)
+    receiver.start()
+    receiver_url = f"http://127.0.0.1:{port_in.recv()}"
+    spark = spark_session(settings)
+    results: list[dict[str, Any]] = []
+    try:
+        for n in range(args.runs):
+            run = f"r{n}{int(time.time())}"
+            results.append(one_run(spark, settings, database, receiver_url, secrets_out, run, "batch",
+                                   args.batch_events, None))
+            results.append(one_run(spark, settings, database, receiver_url, secrets_out, run, "streaming",
+                                   args.streaming_events, None))
+            results.append(one_run(spark, settings, database, receiver_url, secrets_out, run + "l", "streaming",
+                                   int(args.latency_rate * args.latency_seconds), args.latency_rate))
+    finally:
+        peak_mb = java_peak_rss_mb()
+        spark.stop()
+        receiver.kill()
+        engine.dispose()
+        local.down(settings)
+    summary = {
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "machine": f"{platform.platform()}, {os.cpu_count()} cores",
+        "load_average": os.getloadavg(),
+        "spark_jvm_peak_rss_mb": peak_mb,
+        "runs": results,
+    }
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "delivery.json").write_text(json.dumps(summary, indent=2))
+    print(json.dumps(summary, indent=2))
+
+
+if __name__ == "__main__":
+    main()

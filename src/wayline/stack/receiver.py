@@ -1,0 +1,176 @@
+"""A local webhook receiver for demos and benchmarks: what a customer's endpoint sees.
+
+It accepts POSTs on any path, checks each request's Standard Webhooks signature with the
+``standardwebhooks`` reference package (secrets per path; a bad signature is a 401 and
+counted), counts requests and events per path — a CloudEvents batch counts each event —
+and measures end-to-end latency from each event's ``time`` to its arrival. ``GET /stats``
+returns the counts as JSON. It runs on an event loop in a background thread, so a demo or
+benchmark can keep working while it serves (or as its own process: ``wayline receive``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import orjson
+from aiohttp import web
+from standardwebhooks import Webhook, WebhookVerificationError
+
+from wayline.core.errors import ConfigError
+
+BATCH_CONTENT_TYPE = "application/cloudevents-batch+json"
+# Latency samples kept per path: the first ones are enough for medians and p99s.
+MAX_SAMPLES = 200_000
+
+
+@dataclass
+class PathStats:
+    requests: int = 0
+    events: int = 0
+    rejected: int = 0
+    """Requests whose signature did not verify."""
+    latencies_s: list[float] = field(default_factory=list)
+    first_at: float | None = None
+    last_at: float | None = None
+    """Epoch seconds of the first and the latest request."""
+
+    def observe(self, latency_s: float) -> None:
+        if len(self.latencies_s) < MAX_SAMPLES:
+            self.latencies_s.append(latency_s)
+
+    def quantile(self, q: float) -> float | None:
+        if not self.latencies_s:
+            return None
+        ordered = sorted(self.latencies_s)
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"requests": self.requests, "events": self.events, "rejected": self.rejected,
+                "latency_p50_s": self.quantile(0.5), "latency_p99_s": self.quantile(0.99),
+                "first_at": self.first_at, "last_at": self.last_at}
+
+
+def _event_time(event: Any) -> float | None:
+    stamp = event.get("time") if isinstance(event, dict) else None
+    if not isinstance(stamp, str):
+        return None
+    try:
+        return datetime.fromisoformat(stamp).timestamp()
+    except ValueError:
+        return None
+
+
+class Receiver:
+    """The request handler and its counts; ``secrets`` maps a path to its ``whsec_`` secrets."""
+
+    def __init__(self, secrets: Mapping[str, list[str]] | None = None, *, verify: bool = True) -> None:
+        self._webhooks: dict[str, list[Webhook]] = {}
+        self._verify = verify
+        self.trust(secrets or {})
+        self._lock = threading.Lock()
+        self._stats: dict[str, PathStats] = {}
+        self.started_at = time.time()
+
+    def trust(self, secrets: Mapping[str, list[str]]) -> None:
+        """Check the requests on these paths against these secrets (from now on)."""
+        self._webhooks = self._webhooks | {path: [Webhook(s) for s in texts] for path, texts in secrets.items()}
+
+    def _verified(self, path: str, body: bytes, headers: dict[str, str]) -> bool:
+        if not self._verify:
+            return True
+        for webhook in self._webhooks.get(path, []):
+            try:
+                webhook.verify(body, headers)
+                return True
+            except WebhookVerificationError:
+                continue
+        return False
+
+    async def handle(self, request: web.Request) -> web.Response:
+        body = await request.read()
+        arrived = time.time()
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        verified = self._verified(request.path, body, headers)
+        events: list[Any] = []
+        if verified:
+            parsed = orjson.loads(body)
+            events = parsed if headers.get("content-type") == BATCH_CONTENT_TYPE else [parsed]
+        with self._lock:
+            stats = self._stats.setdefault(request.path, PathStats())
+            stats.requests += 1
+            stats.first_at = stats.first_at or arrived
+            stats.last_at = arrived
+            if not verified:
+                stats.rejected += 1
+            stats.events += len(events)
+            for event in events:
+                sent = _event_time(event)
+                if sent is not None:
+                    stats.observe(arrived - sent)
+        return web.Response(status=204) if verified else web.Response(status=401, text="bad signature")
+
+    async def stats_response(self, _request: web.Request) -> web.Response:
+        return web.json_response(self.stats())
+
+    def stats(self) -> dict[str, dict[str, Any]]:
+        with self._lock:
+            return {path: stats.as_dict() for path, stats in sorted(self._stats.items())}
+
+    def totals(self) -> PathStats:
+        """Every path's counts and latency samples together."""
+        with self._lock:
+            total = PathStats()
+            for stats in self._stats.values():
+                total.requests += stats.requests
+                total.events += stats.events
+                total.rejected += stats.rejected
+                total.latencies_s.extend(stats.latencies_s)
+        return total
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_get("/stats", self.stats_response)
+        app.router.add_post("/{path:.*}", self.handle)
+        return app
+
+
+class ReceiverServer:
+    """A :class:`Receiver` served on 127.0.0.1 from a background thread; :meth:`close` stops it."""
+
+    def __init__(self, receiver: Receiver, port: int = 0) -> None:
+        self.receiver = receiver
+        self._loop = asyncio.new_event_loop()
+        self._runner = web.AppRunner(receiver.app(), access_log=None, shutdown_timeout=0.5)
+        self._thread = threading.Thread(target=self._loop.run_forever, name="wayline-receiver", daemon=True)
+        self._thread.start()
+        try:
+            self.port = asyncio.run_coroutine_threadsafe(self._start(port), self._loop).result(timeout=30)
+        except OSError as exc:
+            self.close()
+            raise ConfigError(f"the receiver cannot listen on 127.0.0.1:{port}: {exc}") from exc
+
+    async def _start(self, port: int) -> int:
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", port, backlog=1024)
+        await site.start()
+        return int(self._runner.addresses[0][1])
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def close(self) -> None:
+        if self._loop.is_running():
+            asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(timeout=30)
+            self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)
+        self._loop.close()
+
+
+__all__ = ["BATCH_CONTENT_TYPE", "MAX_SAMPLES", "PathStats", "Receiver", "ReceiverServer"]

@@ -1,0 +1,187 @@
+"""A hard crash of the delivery job mid-stream, and its restart from the checkpoints.
+
+`wayline run delivery` runs as its own process group (driver, Spark JVM, Python
+workers) while events are produced; it is killed with SIGKILL once deliveries are
+flowing, then started again on the same checkpoints. Afterwards every matched event must
+have reached the receiver or be waiting in the retry store, and no request may have
+reached the receiver after its webhook-id's success was logged: the delivery log is
+written once, by the first stage that saw a 2xx, so any arrival later than that entry
+would be a resend of an acknowledged delivery.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+
+import orjson
+import pytest
+from aiohttp import web
+from confluent_kafka import Producer
+from sqlalchemy import select
+
+from tests.conftest import REPO
+from tests.delivery.receivers import Receivers
+from wayline.api.app import endpoint_service
+from wayline.core.kafka import ensure_topics
+from wayline.core.settings import Settings
+from wayline.delivery.signing import Secret, message_id
+from wayline.delivery.store import DeliveryLogEntry, RetryEntry
+from wayline.registry import catalog, customer, subscription
+from wayline.registry.access import ADMIN
+from wayline.registry.endpoint import EndpointIn
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+PREFIX = "events.crash."
+TOPICS = (f"{PREFIX}a", f"{PREFIX}b")
+EVENT_TYPE = "crash.happened"
+EVENTS = 3000
+RATE = 100  # events/s: the stream is still running when the job is killed
+BATCH = 20
+
+
+class Arrivals:
+    """Wall-clock arrival times per webhook id, and the events each request carried."""
+
+    def __init__(self) -> None:
+        self.at: dict[str, list[float]] = defaultdict(list)
+        self.events: dict[str, set[str]] = defaultdict(set)
+        self._lock = threading.Lock()
+
+    async def handle(self, request: web.Request) -> web.Response:
+        body = orjson.loads(await request.read())
+        with self._lock:
+            self.at[request.headers["webhook-id"]].append(time.time())
+            for event in body if isinstance(body, list) else [body]:
+                self.events[request.path].add(event["id"])
+        return web.Response(status=204)
+
+    def count(self, path: str) -> int:
+        with self._lock:
+            return len(self.events[path])
+
+
+def job_environment(settings: Settings) -> dict[str, str]:
+    return os.environ | {
+        "WAYLINE_STATE_DIR": str(settings.state_dir),
+        "WAYLINE_SPARK__JARS_DIR": str(REPO / "jars" / "spark"),
+        "WAYLINE_KAFKA__EVENT_TOPIC_PREFIX": PREFIX,
+        "WAYLINE_DELIVERY__METRICS_PORT": "0",
+        "WAYLINE_DELIVERY__BATCH_TOPIC": "wayline.crash.batching",
+        "WAYLINE_DELIVERY__STAGE_DEADLINE_S": "5",
+        "COLUMNS": "120",
+    }
+
+
+def start_job(settings: Settings, log: Path) -> subprocess.Popen[bytes]:
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "wayline.cli.main", "run", "delivery"], env=job_environment(settings),
+            stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+
+
+def kill_hard(job: subprocess.Popen[bytes]) -> None:
+    os.killpg(job.pid, signal.SIGKILL)
+    job.wait(timeout=30)
+
+
+def wait_for(condition: object, what: str, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():  # type: ignore[operator]
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.5)
+
+
+@pytest.fixture(scope="module")
+def crashed_and_restarted(api_settings: Settings, database, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
+    bootstrap = api_settings.kafka_bootstrap()
+    ensure_topics(bootstrap, TOPICS, 2)
+    endpoints = endpoint_service(api_settings)
+    arrivals = Arrivals()
+    log = tmp_path_factory.mktemp("crash") / "job.log"
+    with Receivers() as receivers:
+        base = receivers.serve({"/single": arrivals.handle, "/batched": arrivals.handle})
+        with database.transaction() as s:
+            catalog.create_event_type(s, ADMIN, catalog.EventTypeIn(name=EVENT_TYPE))
+            catalog.upsert_tenants(s, ADMIN, [catalog.TenantIn(id="crash-t")])
+            owner = customer.create(s, ADMIN, customer.CustomerIn(name="Crash Co"))
+            ids = {}
+            for path, mode in (("single", "streaming"), ("batched", "batch")):
+                endpoint = endpoints.create(s, ADMIN, EndpointIn(
+                    url=f"{base}/{path}", customer_id=owner.id, secret=Secret.generate().text, max_in_flight=32))
+                extra = {"max_count": BATCH, "max_wait_ms": 500} if mode == "batch" else {}
+                ids[path] = subscription.create(s, ADMIN, subscription.SubscriptionIn(
+                    endpoint_id=endpoint.id, event_types=[EVENT_TYPE], mode=mode, **extra)).id
+        event_ids = [f"crash-{n}" for n in range(EVENTS)]
+
+        def produce() -> None:
+            producer = Producer({"bootstrap.servers": bootstrap})
+            for n, event_id in enumerate(event_ids):
+                producer.produce(TOPICS[n % 2], orjson.dumps({
+                    "specversion": "1.0", "id": event_id, "source": "/crash", "type": EVENT_TYPE,
+                    "tenantid": "crash-t", "data": {"n": n}}))
+                producer.poll(0)
+                time.sleep(1 / RATE)
+            assert producer.flush(30) == 0
+
+        producer = threading.Thread(target=produce, name="crash-producer")
+        job = start_job(api_settings, log)
+        try:
+            producer.start()
+            wait_for(lambda: arrivals.count("/single") > 200 and arrivals.count("/batched") > 2 * BATCH,
+                     "the first deliveries", 180)
+            kill_hard(job)
+            killed_at = (arrivals.count("/single"), arrivals.count("/batched"))
+            sent_before_kill = set(arrivals.at)
+            job = start_job(api_settings, log)
+            producer.join(timeout=60)
+
+            def settled() -> bool:
+                with database.transaction() as s:
+                    waiting = {e for row in s.scalars(select(RetryEntry.event_ids)) for e in row}
+                return all(len((arrivals.events[p] | waiting) & set(event_ids)) == EVENTS
+                           for p in ("/single", "/batched"))
+
+            wait_for(settled, "every event delivered or waiting for a retry", 240)
+        finally:
+            kill_hard(job)
+        with database.transaction() as s:
+            logged = {row.webhook_id: row.delivered_at.timestamp() for row in s.scalars(select(DeliveryLogEntry))}
+            waiting = list(s.scalars(select(RetryEntry).where(RetryEntry.subscription_id.in_(ids.values()))))
+        yield {"arrivals": arrivals, "logged": logged, "waiting": waiting, "ids": ids, "event_ids": event_ids,
+               "killed_at": killed_at, "sent_before_kill": sent_before_kill}
+
+
+def test_the_job_was_killed_mid_stream(crashed_and_restarted: dict) -> None:
+    single, batched = crashed_and_restarted["killed_at"]
+    assert 0 < single < EVENTS and 0 < batched < EVENTS
+
+
+def test_every_matched_event_is_delivered_or_waits_for_a_retry(crashed_and_restarted: dict) -> None:
+    arrivals, ids = crashed_and_restarted["arrivals"], crashed_and_restarted["ids"]
+    waiting = crashed_and_restarted["waiting"]
+    for path in ("single", "batched"):
+        held = {e for row in waiting if row.subscription_id == ids[path] for e in row.event_ids}
+        assert arrivals.events[f"/{path}"] | held >= set(crashed_and_restarted["event_ids"]), path
+    single = {message_id(e, ids["single"]) for e in crashed_and_restarted["event_ids"]}
+    assert single <= set(arrivals.at) | {row.webhook_id for row in waiting}
+
+
+def test_no_request_arrives_after_its_success_was_logged(crashed_and_restarted: dict) -> None:
+    arrivals, logged = crashed_and_restarted["arrivals"], crashed_and_restarted["logged"]
+    late = {webhook_id: times for webhook_id, times in arrivals.at.items()
+            if webhook_id in logged and max(times) > logged[webhook_id] + 0.5}
+    assert late == {}
+    resent = {webhook_id for webhook_id, times in arrivals.at.items() if len(times) > 1}
+    # Only what went out before the job died, unlogged, may go out again.
+    assert resent <= crashed_and_restarted["sent_before_kill"]
