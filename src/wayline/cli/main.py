@@ -232,6 +232,45 @@ def run_retries() -> None:
         engine.dispose()
 
 
+@run_app.command("retries")
+@guarded
+def run_retries() -> None:
+    """Drain the retry store: re-attempt due deliveries, dead-letter the exhausted, disable endpoints failing too long."""
+    from wayline.api.app import endpoint_service
+    from wayline.delivery.metrics import DeliveryMetrics
+    from wayline.delivery.outcomes import Outcome
+    from wayline.pipelines.retries import start_retries
+    from wayline.registry.db import Database, make_engine
+    from wayline.stack.spark import spark_session
+
+    settings = Settings()
+    metrics = DeliveryMetrics()
+    engine = make_engine(settings)
+    try:
+        with console.status("starting Spark…"):
+            spark = spark_session(settings)
+        query = start_retries(spark, settings, Database(engine), endpoint_service(settings), metrics)
+        console.print(f"draining retries every {settings.delivery.retry_poll_s:g} s; Ctrl-C stops")
+        try:
+            with console.status("waiting for due retries…") as status:
+                while query.isActive:
+                    seen = metrics.overview()
+                    status.update(f"{seen.deliveries[Outcome.DELIVERED]:,} delivered on retry · "
+                                  f"{seen.deliveries[Outcome.RETRIED]:,} to retry again · "
+                                  f"{seen.deliveries[Outcome.DEAD_LETTERED]:,} dead-lettered")
+                    # Not awaitTermination: Ctrl-C must land outside a call into the JVM.
+                    time.sleep(0.5)
+            if query.exception() is not None:
+                raise WaylineError(f"the retry query failed: {query.exception()}")
+        except KeyboardInterrupt:
+            console.print("stopping…")
+        finally:
+            query.stop()
+            spark.stop()
+    finally:
+        engine.dispose()
+
+
 @serve_app.command("admin")
 @guarded
 def serve_admin(

@@ -64,10 +64,14 @@ def endpoint_disabled_event(failing: Failing, customer_id: str, reason: str, at:
 
 
 class OperationsProducer:
-    """Produces operational events and waits until the broker has them all."""
+    """Produces operational events and waits until the broker has them all.
+
+    A Kafka producer is made per call: these events are rare, and a producer kept for the
+    life of a query would outlive the query (and keep reconnecting to a stopped broker).
+    """
 
     def __init__(self, bootstrap: str, topic: str, flush_timeout_s: float = 30.0) -> None:
-        self._producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+        self._bootstrap = bootstrap
         self._topic = topic
         self._flush_timeout_s = flush_timeout_s
 
@@ -81,9 +85,10 @@ class OperationsProducer:
                 failures.append(str(error))
 
         try:
+            producer = Producer({"bootstrap.servers": self._bootstrap, "enable.idempotence": True})
             for event in events:
-                self._producer.produce(self._topic, event.value, key=event.topic_key.encode(), on_delivery=delivered)
-            left = self._producer.flush(self._flush_timeout_s)
+                producer.produce(self._topic, event.value, key=event.topic_key.encode(), on_delivery=delivered)
+            left = producer.flush(self._flush_timeout_s)
         except (KafkaException, BufferError) as exc:
             raise RetryLater(f"could not produce operational events: {exc}") from exc
         if left or failures:

@@ -1,0 +1,186 @@
+"""`wayline run retries`: the query that drains the retry store, buries the dead and
+disables endpoints that have failed for too long.
+
+A rate source is only the clock: one micro-batch every ``delivery.retry_poll_s``, with a
+checkpoint like any query. Each micro-batch (``foreachBatch``, on the driver):
+
+1. takes the registry snapshot's endpoints as targets (broadcast, swapped when the
+   registry version moves, as in the delivery job);
+2. runs one drain task per shard of endpoints (``mapInArrow`` over the shard numbers):
+   each task claims its shard's due entries from PostgreSQL itself, attempts them through
+   the same stage pieces as the main path and settles them
+   (:mod:`wayline.delivery.drain`) — payloads never pass through the driver;
+3. disables the subscriptions whose endpoint answered 410;
+4. moves the entries no attempt is left for into the dead-letter store, and announces
+   each on the operations topic before that move commits;
+5. disables endpoints whose retries have failed for ``delivery.disable_after_s``, with the
+   reason, announced the same way.
+
+Why PostgreSQL and not a Kafka retry topic: see docs/decisions.md ("Retries and dead letters").
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pyarrow as pa
+from pyspark import Broadcast
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.pandas.types import from_arrow_schema
+from pyspark.sql.streaming import StreamingQuery
+
+from sqlalchemy.exc import OperationalError
+
+from wayline.core.errors import RejectedInput, RetryLater
+from wayline.core.kafka import ensure_topics
+from wayline.core.settings import Settings
+from wayline.delivery.drain import Failing, RetryQueue, run_retry_stage
+from wayline.delivery.holder import SnapshotHolder
+from wayline.delivery.http_client import AiohttpTransport
+from wayline.delivery.metrics import DeliveryMetrics
+from wayline.delivery.operations import OperationsProducer, dead_lettered_events, endpoint_disabled_event
+from wayline.delivery.outcomes import BatchSummary, Tally
+from wayline.delivery.stage import StageSettings
+from wayline.delivery.targets import Target, target_of
+from wayline.pipelines.delivery import DELIVERY_CALLER, disable_gone
+from wayline.pipelines.sending import TALLY_SCHEMA, task_settings
+from wayline.registry.db import Database, make_engine
+from wayline.registry.endpoint import EndpointPatch, EndpointService
+from wayline.registry.snapshot import load_snapshot
+
+_log = logging.getLogger(__name__)
+
+# Dead entries moved per transaction; the rest wait for the next micro-batch.
+BURY_LIMIT = 5000
+
+
+@dataclass(frozen=True)
+class LiveTargets:
+    version: int
+    targets: Broadcast[dict[str, Target]]
+
+
+def _registry_version(database: Database) -> int:
+    try:
+        return database.current_version()
+    except OperationalError as exc:
+        # A transient outage: the holder keeps the targets it has and polls again.
+        raise RetryLater(f"the registry database is unreachable: {exc.orig}") from exc
+
+
+def load_targets(spark: SparkSession, database: Database, endpoints: EndpointService) -> LiveTargets:
+    with database.transaction() as session:
+        snapshot = load_snapshot(session, endpoints)
+    # Decrypted credentials reach the executors in this broadcast only.
+    targets = spark.sparkContext.broadcast({e.id: target_of(e) for e in snapshot.endpoints.values()})
+    return LiveTargets(snapshot.version, targets)
+
+
+class ShardDrainer:
+    """The ``mapInArrow`` step: shard numbers → claim, attempt, settle each shard → tally rows."""
+
+    def __init__(self, targets: Broadcast[dict[str, Target]], settings: Settings, stage: StageSettings,
+                 shards: int, claim_limit: int, lease: timedelta) -> None:
+        self._targets = targets
+        self._settings = settings
+        self._stage = stage
+        self._shards = shards
+        self._claim_limit = claim_limit
+        self._lease = lease
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        shards = [shard for batch in batches for shard in batch.column("shard").to_pylist()]
+        if not shards:
+            return
+        engine = make_engine(self._settings)
+        try:
+            queue = RetryQueue(engine)
+            tally = Tally()
+            for shard in shards:
+                claims = queue.claim(shard, self._shards, self._claim_limit, self._lease, datetime.now(timezone.utc))
+                tally.merge(run_retry_stage(claims, self._targets.value, queue, AiohttpTransport, self._stage))
+        finally:
+            engine.dispose()
+        yield pa.RecordBatch.from_pylist(tally.rows(), schema=TALLY_SCHEMA)
+
+
+def drain(spark: SparkSession, drainer: ShardDrainer, shards: int) -> Tally:
+    frame = spark.range(0, shards, numPartitions=shards).withColumnRenamed("id", "shard")
+    rows = frame.mapInArrow(drainer, from_arrow_schema(TALLY_SCHEMA)).collect()
+    return Tally.from_rows(row.asDict() for row in rows)
+
+
+def disable_failing(database: Database, endpoints: EndpointService, failing: Failing, failing_for: timedelta,
+                    producer: OperationsProducer, now: datetime) -> None:
+    """Disable one endpoint that keeps failing; the announcement goes out before the change commits."""
+    days = failing_for.total_seconds() / 86_400
+    reason = (f"disabled automatically: every delivery has failed since {failing.since:%Y-%m-%d %H:%M} UTC "
+              f"(over {days:g} days); last error: {failing.last_error}")[:500]
+    try:
+        with database.transaction() as session:
+            disabled = endpoints.update(session, DELIVERY_CALLER, failing.endpoint_id,
+                                        EndpointPatch(enabled=False, disabled_reason=reason))
+            producer.publish([endpoint_disabled_event(failing, disabled.customer_id, reason, now)])
+    except RejectedInput as exc:
+        _log.warning("could not disable failing endpoint %s: %s", failing.endpoint_id, exc)
+    else:
+        _log.warning("disabled endpoint %s: %s", failing.endpoint_id, reason)
+
+
+def start_retries(
+    spark: SparkSession,
+    settings: Settings,
+    database: Database,
+    endpoints: EndpointService,
+    metrics: DeliveryMetrics | None = None,
+    *,
+    checkpoint: Path | None = None,
+) -> StreamingQuery:
+    """Start the retry query (its first snapshot is loaded here, so a bad registry fails now)."""
+    delivery = settings.delivery
+    holder = SnapshotHolder(
+        load=lambda: load_targets(spark, database, endpoints),
+        version=lambda: _registry_version(database),
+        poll_s=delivery.version_poll_s,
+        retire=lambda live: live.targets.unpersist(),
+    )
+    holder.current()
+    ensure_topics(settings.kafka_bootstrap(), [delivery.operations_topic], settings.kafka.topic_partitions)
+    producer = OperationsProducer(settings.kafka_bootstrap(), delivery.operations_topic)
+    queue = RetryQueue(database.engine)
+    for_tasks = task_settings(settings)
+    stage = StageSettings.from_settings(delivery)
+    lease = timedelta(seconds=delivery.retry_lease_s)
+    failing_for = timedelta(seconds=delivery.disable_after_s)
+    shards = delivery.send_partitions
+
+    def tick(_batch: DataFrame, _batch_id: int) -> None:
+        live = holder.current()
+        drainer = ShardDrainer(live.targets, for_tasks, stage, shards, delivery.retry_claim_limit, lease)
+        tally = drain(spark, drainer, shards)
+        if metrics is not None:
+            metrics.add(BatchSummary(deliveries=tally, registry_version=live.version))
+        disable_gone(database, tally.gone_subscriptions())
+        now = datetime.now(timezone.utc)
+        while len(queue.bury(BURY_LIMIT, now, lambda buried: producer.publish(dead_lettered_events(buried)))) \
+                == BURY_LIMIT:
+            pass
+        for failing in queue.failing_endpoints(failing_for, now):
+            disable_failing(database, endpoints, failing, failing_for, producer, now)
+
+    root = checkpoint or settings.checkpoint_root / "retries"
+    return (
+        spark.readStream.format("rate").option("rowsPerSecond", 1).load()
+        .writeStream.queryName("wayline-retries")
+        .option("checkpointLocation", str(root))
+        .trigger(processingTime=f"{round(delivery.retry_poll_s * 1000)} milliseconds")
+        .foreachBatch(tick)
+        .start()
+    )
+
+
+__all__ = ["BURY_LIMIT", "LiveTargets", "ShardDrainer", "disable_failing", "drain", "load_targets", "start_retries"]
