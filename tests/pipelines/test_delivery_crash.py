@@ -64,6 +64,11 @@ class Arrivals:
                 self.events[request.path].add(event["id"])
         return web.Response(status=204)
 
+    def quiet(self, for_s: float = 2.0) -> bool:
+        with self._lock:
+            latest = max((times[-1] for times in self.at.values()), default=0.0)
+        return time.time() - latest > for_s
+
     def count(self, path: str) -> int:
         with self._lock:
             return len(self.events[path])
@@ -141,6 +146,8 @@ def crashed_and_restarted(api_settings: Settings, database, tmp_path_factory: py
             wait_for(lambda: arrivals.count("/single") > 200 and arrivals.count("/batched") > 2 * BATCH,
                      "the first deliveries", 180)
             kill_hard(job)
+            # Requests the job sent before it died may still be queued at the receiver.
+            wait_for(arrivals.quiet, "the receiver to take what the killed job sent", 60)
             killed_at = (arrivals.count("/single"), arrivals.count("/batched"))
             sent_before_kill = set(arrivals.at)
             job = start_job(api_settings, log)

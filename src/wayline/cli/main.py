@@ -9,10 +9,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.live import Live
+from rich.console import RenderableType
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from wayline.cli.output import console, guarded
+from wayline.cli.output import console, guarded, watch
 from wayline.cli.registry import APPS
 from wayline.cli.rules import rules_app, watch_rules
 from wayline.core.errors import WaylineError
@@ -114,22 +114,15 @@ def _watch_inspect(settings: Settings, stop_when: Callable[[], bool] = lambda: F
         spark = spark_session(settings)
     counts = InspectCounts()
     query = start_inspect(spark, settings, counts)
+
+    def view() -> RenderableType:
+        progress = query.lastProgress or {}
+        return inspect_view(counts, float(progress.get("inputRowsPerSecond") or 0),
+                            float(progress.get("processedRowsPerSecond") or 0))
+
     try:
-        with Live(inspect_view(counts, 0, 0), console=console, refresh_per_second=2) as live:
-            while query.isActive and not stop_when():
-                progress = query.lastProgress or {}
-                live.update(inspect_view(
-                    counts,
-                    float(progress.get("inputRowsPerSecond") or 0),
-                    float(progress.get("processedRowsPerSecond") or 0),
-                ))
-                time.sleep(0.5)
-        if query.exception() is not None:
-            raise WaylineError(f"the inspect query failed: {query.exception()}")
-    except KeyboardInterrupt:
-        console.print("stopping…")
+        watch(query, view, "inspect query", stop_when)
     finally:
-        query.stop()
         spark.stop()
 
 
@@ -159,20 +152,15 @@ def _watch_delivery(settings: Settings, receiver: Receiver | None = None,
             spark = spark_session(settings)
         job = start_delivery(spark, settings, Database(engine), endpoint_service(settings), metrics)
         console.print(f"delivering; metrics at {server.url}; Ctrl-C stops")
+
+        def view() -> RenderableType:
+            progress = job.matching.lastProgress or {}
+            return delivery_view(metrics.overview(), float(progress.get("inputRowsPerSecond") or 0),
+                                 receiver.stats() if receiver else {})
+
         try:
-            with Live(console=console, refresh_per_second=2) as live:
-                while job.isActive and not stop_when():
-                    progress = job.matching.lastProgress or {}
-                    live.update(delivery_view(metrics.overview(), float(progress.get("inputRowsPerSecond") or 0),
-                                              receiver.stats() if receiver else {}))
-                    # Not awaitTermination: Ctrl-C must land outside a call into the JVM.
-                    time.sleep(0.5)
-            if job.exception() is not None:
-                raise WaylineError(f"the delivery job failed: {job.exception()}")
-        except KeyboardInterrupt:
-            console.print("stopping…")
+            watch(job, view, "delivery job", stop_when)
         finally:
-            job.stop()
             spark.stop()
     finally:
         server.close()
@@ -191,45 +179,6 @@ def run_delivery() -> None:
 def run_rules() -> None:
     """Run every active rule over one read of the event topics; rules change while it runs."""
     watch_rules(Settings())
-
-
-@run_app.command("retries")
-@guarded
-def run_retries() -> None:
-    """Drain the retry store: re-attempt due deliveries, dead-letter the exhausted, disable endpoints failing too long."""
-    from wayline.api.app import endpoint_service
-    from wayline.delivery.metrics import DeliveryMetrics
-    from wayline.delivery.outcomes import Outcome
-    from wayline.pipelines.retries import start_retries
-    from wayline.registry.db import Database, make_engine
-    from wayline.stack.spark import spark_session
-
-    settings = Settings()
-    metrics = DeliveryMetrics()
-    engine = make_engine(settings)
-    try:
-        with console.status("starting Spark…"):
-            spark = spark_session(settings)
-        query = start_retries(spark, settings, Database(engine), endpoint_service(settings), metrics)
-        console.print(f"draining retries every {settings.delivery.retry_poll_s:g} s; Ctrl-C stops")
-        try:
-            with console.status("waiting for due retries…") as status:
-                while query.isActive:
-                    seen = metrics.overview()
-                    status.update(f"{seen.deliveries[Outcome.DELIVERED]:,} delivered on retry · "
-                                  f"{seen.deliveries[Outcome.RETRIED]:,} to retry again · "
-                                  f"{seen.deliveries[Outcome.DEAD_LETTERED]:,} dead-lettered")
-                    # Not awaitTermination: Ctrl-C must land outside a call into the JVM.
-                    time.sleep(0.5)
-            if query.exception() is not None:
-                raise WaylineError(f"the retry query failed: {query.exception()}")
-        except KeyboardInterrupt:
-            console.print("stopping…")
-        finally:
-            query.stop()
-            spark.stop()
-    finally:
-        engine.dispose()
 
 
 @run_app.command("retries")

@@ -1,14 +1,17 @@
-"""What every command shares: the console, and errors shown as one readable line."""
+"""What every command shares: the console, errors shown as one readable line, and the
+live view of a running job."""
 
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import typer
 from pydantic import ValidationError
-from rich.console import Console
+from rich.console import Console, RenderableType
+from rich.live import Live
 
 from wayline.core.errors import WaylineError
 
@@ -36,4 +39,33 @@ def guarded(command: F) -> F:
     return run  # type: ignore[return-value]
 
 
-__all__ = ["console", "guarded"]
+class Running(Protocol):
+    """A streaming query, or a job of several, as the live view watches it."""
+
+    @property
+    def isActive(self) -> bool: ...  # noqa: N802 - StreamingQuery's name
+
+    def exception(self) -> Any: ...
+
+    def stop(self) -> None: ...
+
+
+def watch(job: Running, view: Callable[[], RenderableType], what: str,
+          stop_when: Callable[[], bool] = lambda: False) -> None:
+    """Show ``view`` twice a second while ``job`` runs, until Ctrl-C or ``stop_when``; then stop it."""
+    try:
+        with Live(view(), console=console, refresh_per_second=2) as live:
+            while job.isActive and not stop_when():
+                live.update(view())
+                # Not awaitTermination: Ctrl-C must land outside a call into the JVM.
+                time.sleep(0.5)
+        failure = job.exception()
+        if failure is not None:
+            raise WaylineError(f"the {what} failed: {failure}")
+    except KeyboardInterrupt:
+        console.print("stopping…")
+    finally:
+        job.stop()
+
+
+__all__ = ["Running", "console", "guarded", "watch"]
