@@ -136,7 +136,8 @@ def one_run(spark: Any, base: Settings, database: Database, receiver_url: str, s
         loadgen.produce(settings.kafka_bootstrap(), factory.records(events))
         result["ceiling_events_per_s"] = consume_all(settings.kafka_bootstrap(), topics, events)
     checkpoint = RESULTS / "delivery-state" / "checkpoints" / run / mode
-    job = start_delivery(spark, settings, database, endpoints, DeliveryMetrics(), checkpoint=checkpoint)
+    metrics = DeliveryMetrics()
+    job = start_delivery(spark, settings, database, endpoints, metrics, checkpoint=checkpoint)
     started = time.time()
     try:
         if rate is not None:
@@ -152,6 +153,13 @@ def one_run(spark: Any, base: Settings, database: Database, receiver_url: str, s
                 seen, moved_at = now_seen, time.time()
             time.sleep(0.5)
         assert job.exception() is None, job.exception()
+        # Where each micro-batch's time went (addBatch is the foreachBatch body).
+        result["micro_batches"] = [
+            {"rows": p["numInputRows"], "add_batch_ms": p["durationMs"].get("addBatch"),
+             "trigger_ms": p["durationMs"].get("triggerExecution")}
+            for p in job.matching.recentProgress if p["numInputRows"]
+        ]
+        result["phase_seconds"] = dict(metrics.totals().phase_seconds)
     finally:
         job.stop()
     delivered = sum(s["events"] for s in ours.values())

@@ -30,7 +30,7 @@ def summary() -> BatchSummary:
         p = Pending.single(f"e{n}", b"{}", subscription_id=subscription, endpoint_id="ep_1", now=NOW)
         tally.settled(settle(p, outcome, NOW, rng))
     return BatchSummary(events=7, quarantined=Counter(not_json=2), filtered=3, held=4,
-                        deliveries=tally, batches=1, registry_version=12)
+                        phase_seconds=Counter(parse=0.5, send=1.25), deliveries=tally, batches=1, registry_version=12)
 
 
 def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -71,6 +71,7 @@ def test_the_endpoint_serves_the_running_totals() -> None:
     assert got[("wayline_events_filtered_total", ())] == 6
     assert got[("wayline_events_quarantined_total", (("reason", "not_json"),))] == 4
     assert got[("wayline_batch_pairs_held_total", ())] == 8
+    assert got[("wayline_micro_batch_seconds_total", (("phase", "send"),))] == 2.5
     assert got[("wayline_micro_batches_total", ())] == 2
     assert got[("wayline_registry_version", ())] == 12
 

@@ -109,7 +109,13 @@ class DeliveryMetrics(Collector):
         )
         for reason, count in totals.quarantined.items():
             quarantined.add_metric([reason], count)
+        phases = CounterMetricFamily(
+            "wayline_micro_batch_seconds", "Wall time spent in each step of the micro-batches", labels=["phase"],
+        )
+        for phase, seconds in sorted(totals.phase_seconds.items()):
+            phases.add_metric([phase], seconds)
         return [
+            phases,
             deliveries,
             failures,
             latency,

@@ -164,6 +164,8 @@ class BatchSummary:
     """Valid events that matched no subscription."""
     held: int = 0
     """Batch-mode pairs handed to the batching query, to wait for a full batch or ``max_wait``."""
+    phase_seconds: Counter[str] = field(default_factory=Counter)
+    """Wall time per step of the micro-batch (parse, match, batch, send): where the time goes."""
     deliveries: Tally = field(default_factory=Tally)
     batches: int = 0
     registry_version: int = 0
@@ -173,6 +175,7 @@ class BatchSummary:
         self.quarantined.update(other.quarantined)
         self.filtered += other.filtered
         self.held += other.held
+        self.phase_seconds.update(other.phase_seconds)
         self.deliveries.merge(other.deliveries)
         self.batches += other.batches
         self.registry_version = other.registry_version

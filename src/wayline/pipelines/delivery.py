@@ -29,8 +29,10 @@ import logging
 from collections import Counter
 import functools
 import threading
+import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -145,43 +147,65 @@ def single_deliveries(pairs: DataFrame) -> DataFrame:
     )
 
 
+@contextmanager
+def timed(phases: Counter[str], phase: str) -> Iterator[None]:
+    started = time.perf_counter()
+    try:
+        yield
+    finally:
+        phases[phase] += time.perf_counter() - started
+
+
+def send_pairs(
+    pairs: DataFrame, modes: set[str | None], source: Source, settings: Settings, sender: PartitionSender,
+    phases: Counter[str],
+) -> tuple[Tally, int]:
+    """Send the streaming pairs and every full batch; hand batch leftovers to the batching
+    query. Returns what was sent, and how many pairs now wait for their batch."""
+    deliveries = single_deliveries(pairs)
+    partitions = settings.delivery.send_partitions
+    if BATCH not in modes:
+        with timed(phases, "send"):
+            return (send(deliveries, sender, partitions) if STREAMING in modes else Tally()), 0
+    chunks = chunk_batch_pairs(pairs.where(F.col("mode") == F.lit(BATCH)), settings.delivery.batch_shards).persist()
+    try:
+        with timed(phases, "batch"):
+            held = chunks.where(~F.col("full")).agg(F.sum(F.size("event_ids"))).first()[0] or 0
+            if held:
+                write_to_kafka(bundles(chunks, settings.delivery.batch_topic, source), settings)
+        with timed(phases, "send"):
+            return send(deliveries.unionByName(full_batches(chunks)), sender, partitions), held
+    finally:
+        chunks.unpersist()
+
+
 def deliver_micro_batch(
     batch: DataFrame, source: Source, live: LiveSnapshot, settings: Settings, sender: PartitionSender,
 ) -> BatchSummary:
     """Quarantine, match and send one micro-batch; batch-mode leftovers to the batch topic. What happened, in counts."""
+    phases: Counter[str] = Counter()
     parsed = parse_events(batch, max_bytes=settings.envelope.max_bytes).persist()
     try:
-        by_reason = {row["reason"]: row["count"] for row in parsed.groupBy("reason").count().collect()}
+        with timed(phases, "parse"):
+            by_reason = {row["reason"]: row["count"] for row in parsed.groupBy("reason").count().collect()}
         quarantined = Counter({reason: count for reason, count in by_reason.items() if reason is not None})
         if quarantined:
-            write_to_kafka(quarantine_records(parsed, settings.kafka.quarantine_topic), settings)
+            with timed(phases, "quarantine"):
+                write_to_kafka(quarantine_records(parsed, settings.kafka.quarantine_topic), settings)
         pairs = match_events(events_with_bodies(parsed), live.keys, live.snapshot).join(
             F.broadcast(live.routes), "subscription_id",
         ).persist()
         try:
-            # One pass: pairs per mode, and (the rollup's total row) distinct events matched.
-            per_mode = {
-                row["mode"]: (row["pairs"], row["events"])
-                for row in pairs.rollup("mode").agg(
-                    F.count(F.lit(1)).alias("pairs"), F.count_distinct("topic", "partition", "offset").alias("events"),
-                ).collect()
-            }
-            deliveries = single_deliveries(pairs)
-            held = 0
-            if BATCH in per_mode:
-                chunks = chunk_batch_pairs(pairs.where(F.col("mode") == F.lit(BATCH)), settings.delivery.batch_shards)
-                chunks = chunks.persist()
-                try:
-                    held = chunks.where(~F.col("full")).agg(F.sum(F.size("event_ids"))).first()[0] or 0
-                    if held:
-                        write_to_kafka(bundles(chunks, settings.delivery.batch_topic, source), settings)
-                    tally = send(deliveries.unionByName(full_batches(chunks)), sender, settings.delivery.send_partitions)
-                finally:
-                    chunks.unpersist()
-            elif STREAMING in per_mode:
-                tally = send(deliveries, sender, settings.delivery.send_partitions)
-            else:
-                tally = Tally()
+            with timed(phases, "match"):
+                # One pass: pairs per mode, and (the rollup's total row) distinct events matched.
+                per_mode = {
+                    row["mode"]: (row["pairs"], row["events"])
+                    for row in pairs.rollup("mode").agg(
+                        F.count(F.lit(1)).alias("pairs"),
+                        F.count_distinct("topic", "partition", "offset").alias("events"),
+                    ).collect()
+                }
+            tally, held = send_pairs(pairs, set(per_mode), source, settings, sender, phases)
         finally:
             pairs.unpersist()
     finally:
@@ -192,6 +216,7 @@ def deliver_micro_batch(
         quarantined=quarantined,
         filtered=events - per_mode.get(None, (0, 0))[1],
         held=held,
+        phase_seconds=phases,
         deliveries=tally,
         batches=1,
         registry_version=live.version,
@@ -315,8 +340,10 @@ def start_delivery(
 
     def send_ready(batch: DataFrame, _batch_id: int) -> None:
         live = holder.current()
-        tally = send(batch, PartitionSender(live.targets, for_tasks, stage), settings.delivery.send_partitions)
-        record(BatchSummary(deliveries=tally, registry_version=live.version))
+        phases: Counter[str] = Counter()
+        with timed(phases, "send_ready_batches"):
+            tally = send(batch, PartitionSender(live.targets, for_tasks, stage), settings.delivery.send_partitions)
+        record(BatchSummary(deliveries=tally, registry_version=live.version, phase_seconds=phases))
 
     writer = (
         read_kafka(spark, settings)
@@ -352,6 +379,8 @@ __all__ = [
     "event_body",
     "events_with_bodies",
     "load_live_snapshot",
+    "send_pairs",
     "single_deliveries",
+    "timed",
     "start_delivery",
 ]
