@@ -153,6 +153,7 @@ def run_once(spark, settings: Settings, database: Database, events: int, checkpo
             + (state.get("customMetrics") or {}).get("rocksdbSstFileSize", 0),
             "kafka_scans": plan.getvalue().count("MicroBatchScan"),
             "reused_exchanges": plan.getvalue().count("ReusedExchange"),
+            "plan": plan.getvalue(),
             "matches": sum(c.matches for c in job.counters.rules.values()),
         }
     finally:

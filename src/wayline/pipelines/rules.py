@@ -13,7 +13,13 @@ The query, fixed while it runs::
 A shard is ``hash(partition key) % rules.shards``: the operator's keys are few and each
 holds many partition keys, because the Python stateful operator pays per key and per state
 call (``docs/decisions.md``). Both branches read the same exchange, which Spark reuses, so
-Kafka is read and the JSON parsed once per micro-batch.
+Kafka is read and the JSON parsed once per micro-batch — only if the optimizer leaves the
+two exchanges identical: see ``rules_stream``.
+
+A Python worker keeps each group's ``GroupEvaluator`` (its live matchers and windows)
+between micro-batches. The stored state carries a random token, rewritten with the state:
+a worker whose cached evaluator has the stored token uses it; any other worker, or the same
+one after a failed or replayed micro-batch, rebuilds it from the stored blob.
 
 Rules change between micro-batches without a restart:
 - stateless (filter) rules are Spark SQL that ``foreachBatch`` applies to the batch's
@@ -36,6 +42,7 @@ from __future__ import annotations
 
 import logging
 import pickle
+import random
 import threading
 import time
 from collections import defaultdict
@@ -76,7 +83,11 @@ OUTPUT_SCHEMA = StructType([
     StructField("out_count", LongType()),
 ])
 _STATE_SCHEMA = StructType([StructField("blob", BinaryType())])
-_STATE_COLUMNS = ("id", "source", "type", "subject", "tenantid", "subtenantid", "topic")
+# The token of the stored blob, and the event-time timer registered for the group (ms).
+_META_SCHEMA = StructType([StructField("token", LongType()), StructField("timer", LongType())])
+# The stateful rows' columns besides key_spec, shard, key_value and data_json: the whole envelope.
+_ROW_COLUMNS = tuple(name for name in EVENT_COLUMNS if name != DATA)
+_TIME_COLUMNS = ("time", "event_time")
 
 
 # -- rule sets ---------------------------------------------------------------------------------
@@ -168,45 +179,66 @@ class _DsnSettings:
 class RulesProcessor(StatefulProcessor):
     """One key is (key_spec, shard); its state is one blob: every rule's state for its keys."""
 
+    # (key_spec, shard) -> (token of the state it was last written as, its evaluator); one
+    # per Python worker, shared by the tasks the worker runs one after another.
+    _live: dict[tuple[str, int], tuple[int, GroupEvaluator]] = {}
+
     def __init__(self, dsn: str) -> None:
         self._dsn = dsn
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self._handle = handle
         self._state = handle.getValueState("rules", _STATE_SCHEMA)
+        self._meta = handle.getValueState("meta", _META_SCHEMA)
         self._rules: RuleSet | None = None
         self._spent: dict[str, float] = {}
 
     def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any) -> Iterator[pd.DataFrame]:
         frame = pd.concat(list(rows), ignore_index=True)
-        yield self._evaluate(key[0], _rows_of(frame), timerValues)
+        yield self._evaluate((key[0], int(key[1])), _rows_of(frame), timerValues)
 
     def handleExpiredTimer(self, key: Any, timerValues: Any, expiredTimerInfo: Any) -> Iterator[pd.DataFrame]:
-        yield self._evaluate(key[0], [], timerValues)
+        yield self._evaluate((key[0], int(key[1])), [], timerValues)
 
     def close(self) -> None:
         pass
 
-    def _evaluate(self, key_spec: str, rows: list[tuple[str, dict[str, Any]]], timer_values: Any) -> pd.DataFrame:
+    def _evaluator(self, group: tuple[str, int], token: int | None) -> GroupEvaluator:
         if self._rules is None:
             self._rules = _WorkerRules.current(self._dsn)
-        rules = [rule for rule in self._rules.rules if rule.compiled.stateful and rule.key_spec == key_spec]
-        blob = self._state.get()
-        state = pickle.loads(blob[0]) if blob is not None else {}
-        evaluator = GroupEvaluator(rules, state, spent=self._spent)
+        rules = [rule for rule in self._rules.rules if rule.compiled.stateful and rule.key_spec == group[0]]
+        cached = self._live.get(group)
+        if token is not None and cached is not None and cached[0] == token:
+            cached[1].use(rules, self._spent)
+            return cached[1]
+        blob = self._state.get() if token is not None else None
+        watermark, state = pickle.loads(blob[0]) if blob is not None else (None, {})
+        return GroupEvaluator(rules, state, spent=self._spent, watermark=watermark)
+
+    def _evaluate(self, group: tuple[str, int], rows: list[tuple[str, dict[str, Any]]], timer_values: Any) -> pd.DataFrame:
+        meta = self._meta.get()
+        token, timer = (meta[0], meta[1]) if meta is not None else (None, None)
+        evaluator = self._evaluator(group, token)
         mark = timer_values.getCurrentWatermarkInMs()
         watermark = datetime.fromtimestamp(mark / 1000, timezone.utc) if mark and mark > 0 else None
         result = evaluator.process(rows, watermark)
         snapshot = evaluator.snapshot()
+        # Event-time timers fire once the watermark passes them; wake_at is in µs.
+        wake = -(-result.wake_at // 1000) if result.wake_at is not None else None
+        if wake != timer:
+            if timer is not None:
+                self._handle.deleteTimer(timer)
+            if wake is not None:
+                self._handle.registerTimer(wake)
         if snapshot:
-            self._state.update((pickle.dumps(snapshot, protocol=pickle.HIGHEST_PROTOCOL),))
+            token = random.getrandbits(63)
+            self._state.update((pickle.dumps((evaluator.watermark, snapshot), protocol=pickle.HIGHEST_PROTOCOL),))
+            self._meta.update((token, wake))
+            self._live[group] = (token, evaluator)
         else:
             self._state.clear()
-        for timer in list(self._handle.listTimers()):
-            self._handle.deleteTimer(timer)
-        if result.wake_at is not None:
-            # Event-time timers fire once the watermark passes them; wake_at is in µs.
-            self._handle.registerTimer(-(-result.wake_at // 1000))
+            self._meta.clear()
+            self._live.pop(group, None)
         out: list[tuple[str, str, str | None, str | None, str | None, int]] = []
         for emitted in result.emitted:
             out.append((EMIT, emitted.rule.state_key, emitted.rule.output_topic, emitted.subject,
@@ -222,17 +254,21 @@ class RulesProcessor(StatefulProcessor):
 
 def _rows_of(frame: pd.DataFrame) -> list[tuple[str, dict[str, Any]]]:
     """The group's rows as the rules read them: envelope columns, ``data`` as JSON values."""
-    times = list(frame["event_time"].dt.tz_localize("UTC").dt.to_pydatetime())
-    datas = [orjson.loads(text) if text is not None else None for text in frame["data_json"]]
-    columns = {name: frame[name].tolist() for name in _STATE_COLUMNS}
-    keys = frame["key_value"].tolist()
+    columns = [frame[name].tolist() if name not in _TIME_COLUMNS else _datetimes(frame[name])
+               for name in _ROW_COLUMNS]
+    datas = [orjson.loads(text) if text is not None else None for text in frame["data_json"].tolist()]
     out = []
-    for index, key in enumerate(keys):
-        row = {name: values[index] for name, values in columns.items()}
-        row[DATA] = datas[index]
-        row["event_time"] = times[index]
+    for key, data, *values in zip(frame["key_value"].tolist(), datas, *columns, strict=True):
+        row = dict(zip(_ROW_COLUMNS, values))
+        row[DATA] = data
         out.append((key, row))
     return out
+
+
+def _datetimes(column: pd.Series) -> list[datetime | None]:
+    """UTC-aware datetimes (None for null) from Arrow's naive UTC timestamps, without pandas' per-value objects."""
+    naive = column.to_numpy(dtype="datetime64[us]").astype(object)
+    return [None if value is None else value.replace(tzinfo=timezone.utc) for value in naive]
 
 
 # -- the query ---------------------------------------------------------------------------------
@@ -261,6 +297,21 @@ def routed_events(events: DataFrame, key_specs: Sequence[str], shards: int, part
     ).repartition(partitions, "key_spec", "shard")
 
 
+def _branch(routed: DataFrame, stateful: bool) -> DataFrame:
+    """One side of the exchange: the passed events, or the rows for the stateful operator.
+
+    Spark reuses an exchange only when both readers' plans below it are identical. Left to
+    itself the optimizer pushes each side's filter on ``key_spec`` and its own column
+    pruning below the shuffle, which makes two different exchanges, each with its own
+    Kafka scan and JSON parse. So the condition is wrapped in a non-deterministic
+    expression, which the optimizer never moves (it is still true on every row), and both
+    sides keep every routed column.
+    """
+    condition = F.col("key_spec") != F.lit(PASS) if stateful else F.col("key_spec") == F.lit(PASS)
+    pinned = F.when(F.spark_partition_id() >= F.lit(0), condition)
+    return routed.where(pinned)
+
+
 def rules_stream(spark: SparkSession, settings: Settings, key_specs: Sequence[str], dsn: str) -> DataFrame:
     events = valid_events(parse_events(read_kafka(spark, settings), max_bytes=settings.envelope.max_bytes))
     # The rules' own output is an event stream too; reading it back could loop forever.
@@ -268,20 +319,26 @@ def rules_stream(spark: SparkSession, settings: Settings, key_specs: Sequence[st
     events = events.withWatermark("event_time", f"{int(settings.rules.allowed_lateness_s * 1000)} milliseconds")
     events = events.select(*EVENT_COLUMNS)
     routed = routed_events(events, key_specs, settings.rules.shards, settings.spark.shuffle_partitions)
-    passed = routed.where(F.col("key_spec") == F.lit(PASS)).select(
-        F.lit(EVENT).alias("out_kind"), *EVENT_COLUMNS,
+    # The passed side carries the route's key columns too (unused downstream), so that both
+    # sides read the same columns from the exchange.
+    passed = _branch(routed, stateful=False).select(
+        F.lit(EVENT).alias("out_kind"), *EVENT_COLUMNS, "key_spec", "key_value", "shard",
     )
     # The stateful branch is there even before any stateful rule: a restart may then add
     # routes (a stateless change) but never a stateful operator the checkpoint lacks.
-    stateful = routed.where(F.col("key_spec") != F.lit(PASS)).select(
-        "key_spec", "shard", "key_value", "event_time", F.to_json("data").alias("data_json"), *_STATE_COLUMNS,
+    stateful = _branch(routed, stateful=True).select(
+        "key_spec", "shard", "key_value", F.to_json("data").alias("data_json"), *_ROW_COLUMNS,
     ).groupBy("key_spec", "shard").transformWithStateInPandas(
         statefulProcessor=RulesProcessor(dsn),
         outputStructType=OUTPUT_SCHEMA,
         outputMode="Append",
         timeMode="EventTime",
     )
-    return passed.unionByName(stateful, allowMissingColumns=True)
+    # Stateful side first: Spark keeps the exchange where it first meets it and makes the
+    # other reader a ReusedExchange. The stateful operator learns its watermark from the
+    # EventTimeWatermark below it in its own subtree; behind a ReusedExchange it found
+    # none, and its timers never fired.
+    return stateful.unionByName(passed, allowMissingColumns=True)
 
 
 # -- stateless rules in the JVM ------------------------------------------------------------------

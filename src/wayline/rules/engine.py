@@ -15,11 +15,18 @@ fails the same way. The job quarantines failed rules in the registry.
 
 State is keyed by ``rule.state_key`` (id and revision): a changed rule starts empty, and
 the state of a rule that is no longer active is dropped when its group is next loaded.
+
+An evaluator is meant to live across micro-batches (the job keeps one per group in each
+Python worker): its matchers and windows stay built, a partition key is visited only when
+it has new rows or when the watermark reaches the time it waits for (``wake``), and
+``snapshot()`` re-encodes only the keys that changed. Building each key's matcher from the
+stored state on every micro-batch was most of the Python time (docs/benchmarks.md).
 """
 
 from __future__ import annotations
 
 import hashlib
+import heapq
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -102,24 +109,80 @@ class BudgetExceeded(WaylineError):
     """A rule used more time or state than its budget allows."""
 
 
+class _RuleKeys:
+    """One rule's partition keys in a group: live objects, their encoded state, their wake times.
+
+    ``live`` holds the keys' matchers or windows once built; ``frozen`` each key's state as
+    plain data, as of the last ``snapshot()`` (or as loaded); ``dirty`` the keys changed
+    since, the only ones the next snapshot re-encodes.
+    Loaded keys are all visited once, at the next ``process``: that builds them and learns
+    their sizes and wake times.
+    """
+
+    def __init__(self, state: Mapping[str, Any]) -> None:
+        self.frozen: dict[str, Any] = dict(state)
+        self.live: dict[str, Any] = {}
+        self.dirty: set[str] = set()
+        self.sizes: dict[str, int] = {}
+        self.wake: dict[str, int] = {}
+        self.queue: list[tuple[int, str]] = []
+        self.unvisited = list(self.frozen)
+
+    def set_wake(self, key: str, wake: int | None) -> None:
+        if wake is None:
+            self.wake.pop(key, None)
+        elif self.wake.get(key) != wake:
+            self.wake[key] = wake
+            heapq.heappush(self.queue, (wake, key))
+
+    def due(self, watermark: int | None) -> list[str]:
+        """Keys to visit without new rows: loaded ones, and those whose wake time the
+        watermark has reached (queue entries made stale by a later change are skipped)."""
+        out, self.unvisited = self.unvisited, []
+        while watermark is not None and self.queue and self.queue[0][0] <= watermark:
+            wake, key = heapq.heappop(self.queue)
+            if self.wake.get(key) == wake:
+                out.append(key)
+        return out
+
+    def forget(self, key: str) -> None:
+        self.frozen.pop(key, None)
+        self.live.pop(key, None)
+        self.dirty.discard(key)
+        self.sizes.pop(key, None)
+        self.wake.pop(key, None)
+
+
 class GroupEvaluator:
     """The window and pattern rules of one stateful group; ``state`` is a previous ``snapshot()``.
 
     ``clock`` reads monotonic seconds (the time budget); ``spent`` carries each rule's time
-    used so far in this micro-batch across the groups one task evaluates.
+    used so far in this micro-batch across the groups one task evaluates. ``watermark`` is
+    the last watermark the group was evaluated with, when resuming from a snapshot.
     """
 
     def __init__(
         self, rules: Sequence[ActiveRule], state: Mapping[str, Any] | None = None, *,
         clock: Callable[[], float] = time.perf_counter, spent: dict[str, float] | None = None,
+        watermark: datetime | None = None,
     ) -> None:
-        self._rules = [rule for rule in rules if rule.compiled.stateful]
         self._clock = clock
-        self._spent = spent if spent is not None else {}
-        # rule state key -> partition key (JSON text) -> that key's state, as plain data.
-        self._state: dict[str, dict[str, Any]] = {
-            rule.state_key: dict((state or {}).get(rule.state_key, {})) for rule in self._rules
-        }
+        # rule state key -> its partition keys (JSON text) in this group.
+        self._keys: dict[str, _RuleKeys] = {}
+        self._rules: list[ActiveRule] = []
+        self._spent: dict[str, float] = {}
+        self.watermark = watermark
+        self.use(rules, spent if spent is not None else {})
+        for state_key, keys in (state or {}).items():
+            if state_key in self._keys:
+                self._keys[state_key] = _RuleKeys(keys)
+
+    def use(self, rules: Sequence[ActiveRule], spent: dict[str, float]) -> None:
+        """Run these rules from now on, with ``spent`` as the micro-batch's time account:
+        a rule no longer among them loses its state, a new one starts empty."""
+        self._rules = [rule for rule in rules if rule.compiled.stateful]
+        self._spent = spent
+        self._keys = {rule.state_key: self._keys.get(rule.state_key) or _RuleKeys({}) for rule in self._rules}
 
     def process(self, rows: Iterable[tuple[str, Row]], watermark: datetime | None) -> GroupResult:
         """Feed ``(partition key, row)`` pairs and the watermark; rows carry ``event_time``."""
@@ -127,52 +190,68 @@ class GroupEvaluator:
         for key, row in rows:
             by_key[key].append(row)
         result = GroupResult()
+        previous = self.watermark
         for rule in self._rules:
-            self._run(rule, by_key, watermark, result)
+            self._run(rule, by_key, previous, watermark, result)
+        if watermark is not None:
+            self.watermark = watermark
         return result
 
     def snapshot(self) -> dict[str, Any]:
-        return {key: keys for key, keys in self._state.items() if keys}
+        """Every rule's state as plain data (read-only: it is the evaluator's own)."""
+        out = {}
+        for state_key, keys in self._keys.items():
+            for key in keys.dirty:
+                keys.frozen[key] = keys.live[key].snapshot()
+            keys.dirty.clear()
+            if keys.frozen:
+                out[state_key] = keys.frozen
+        return out
 
     # -- one rule -------------------------------------------------------------------------
 
-    def _run(self, rule: ActiveRule, by_key: Mapping[str, list[Row]], watermark: datetime | None,
-             result: GroupResult) -> None:
+    def _run(self, rule: ActiveRule, by_key: Mapping[str, list[Row]], previous: datetime | None,
+             watermark: datetime | None, result: GroupResult) -> None:
         started = self._clock()
         budget = rule.time_budget_ms / 1000
-        states = self._state[rule.state_key]
+        keys = self._keys[rule.state_key]
+        pattern = rule.compiled.kind == RuleKind.PATTERN
         emitted: list[Emitted] = []
         metrics = RuleMetrics()
-        wake: list[int] = []
         try:
-            # Keys with new rows, then keys with state only (the watermark may settle them).
-            for key in [*by_key, *(k for k in states if k not in by_key)]:
-                rows = by_key.get(key, [])
+            if pattern:
+                visit: dict[str, list[Row]] = dict(by_key)
+            else:
+                # A row that fails WHERE does nothing to a window rule: its key is not visited for it.
+                keep = rule.compiled.window.where  # type: ignore[union-attr]
+                visit = {}
+                for key, rows in by_key.items():
+                    kept = rows if keep is None else [row for row in rows if keep(row) is True]
+                    if kept:
+                        visit[key] = kept
+                    metrics.rows += len(rows) - len(kept)
+            for key in keys.due(micros_of(watermark) if watermark is not None else None):
+                visit.setdefault(key, [])
+            for key, rows in visit.items():
                 metrics.rows += len(rows)
-                if rule.compiled.kind == RuleKind.PATTERN:
-                    state, out, size, late, next_wake = _pattern_step(rule, key, states.get(key), rows, watermark)
+                if pattern:
+                    out, late = _pattern_step(rule, keys, key, rows, previous, watermark)
                 else:
-                    state, out, size, late, next_wake = _window_step(rule, key, states.get(key), rows, watermark)
+                    out, late = _window_step(rule, keys, key, rows, watermark)
+                size = keys.sizes.get(key, 0)
                 if size > rule.state_budget:
                     raise BudgetExceeded(
                         f"state budget exceeded: {size} entries for partition key {key} "
                         f"(budget {rule.state_budget})"
                     )
-                if state is None:
-                    states.pop(key, None)
-                else:
-                    states[key] = state
                 emitted.extend(out)
-                metrics.state += size
                 metrics.late += late
-                if next_wake is not None:
-                    wake.append(next_wake)
                 if self._spent.get(rule.state_key, 0.0) + self._clock() - started > budget:
                     raise BudgetExceeded(
                         f"time budget exceeded: more than {rule.time_budget_ms} ms in one micro-batch"
                     )
         except Exception as exc:  # noqa: BLE001 - any error of one rule must not reach the others
-            self._state[rule.state_key] = {}
+            self._keys[rule.state_key] = _RuleKeys({})
             result.failures.append(Failure(rule, _describe(exc)))
             return
         finally:
@@ -180,10 +259,12 @@ class GroupEvaluator:
             self._spent[rule.state_key] = self._spent.get(rule.state_key, 0.0) + elapsed
             metrics.micros = int(elapsed * 1_000_000)
         metrics.emitted = len(emitted)
+        metrics.state = sum(keys.sizes.values())
         result.emitted.extend(emitted)
         result.metrics[rule.state_key] = metrics
-        if wake:
-            result.wake_at = min([*wake, *([result.wake_at] if result.wake_at is not None else [])])
+        wake = min(keys.wake.values(), default=None)
+        if wake is not None and (result.wake_at is None or wake < result.wake_at):
+            result.wake_at = wake
 
 
 def cloudevent(emitted: Emitted) -> dict[str, Any]:
@@ -211,19 +292,25 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def _pattern_step(rule: ActiveRule, key: str, state: Any, rows: list[Row], watermark: datetime | None
-                  ) -> tuple[Any, list[Emitted], int, int, int | None]:
+def _pattern_step(rule: ActiveRule, keys: _RuleKeys, key: str, rows: list[Row], previous: datetime | None,
+                  watermark: datetime | None) -> tuple[list[Emitted], int]:
     spec = rule.compiled.pattern
     assert spec is not None
-    matcher = PartitionMatcher(spec, state, reorder=True)
+    matcher = keys.live.get(key)
+    matches = []
+    if matcher is None:
+        frozen = keys.frozen.get(key)
+        matcher = PartitionMatcher(spec, frozen, reorder=True)
+        if frozen is not None and previous is not None:
+            # The key was not visited while the watermark moved on (it waited for nothing):
+            # catch up, so rows are judged late against the same watermark as if it had been.
+            matches.extend(matcher.advance_watermark(previous))
     dropped = matcher.dropped
-    matches = matcher.feed(rows, watermark)
-    size = matcher.size
-    snapshot = matcher.snapshot()
+    matches.extend(matcher.feed(rows, watermark))
     out = []
     for match in matches:
-        first = _row_number(snapshot, match.start) or {}
-        last = _row_number(snapshot, match.end) or {}
+        first = matcher.row(match.start) or {}
+        last = matcher.row(match.end) or {}
         out.append(Emitted(
             rule=rule,
             id=_event_id(rule, key, str(first.get("event_time", match.start)), str(last.get("event_time", match.end))),
@@ -234,54 +321,46 @@ def _pattern_step(rule: ActiveRule, key: str, state: Any, rows: list[Row], water
                   for column in spec.select},
         ))
     late = matcher.dropped - dropped
-    if size.total == 0:
+    size = matcher.size.total
+    if size == 0:
         # Nothing kept: forget the key, so the state holds only keys with live searches.
-        return None, out, 0, late, None
-    return snapshot, out, size.total, late, _pattern_wake(snapshot, spec.within)
+        keys.forget(key)
+    else:
+        keys.live[key] = matcher
+        keys.dirty.add(key)
+        keys.sizes[key] = size
+        keys.set_wake(key, matcher.wake_at)
+    return out, late
 
 
-def _row_number(snapshot: Mapping[str, Any], number: int) -> Row | None:
-    """Row ``number`` of the partition if the matcher still keeps it (it trims in large steps)."""
-    base = snapshot["base"]
-    kept = snapshot["rows"]
-    if base <= number < base + len(kept):
-        return kept[number - base]
-    return None
-
-
-def _pattern_wake(snapshot: Mapping[str, Any], within: Any) -> int | None:
-    """When the watermark next matters: a waiting row becomes usable, or a search expires."""
-    candidates = [entry[0] + 1 for entry in snapshot["pending"]]
-    search = snapshot["search"]
-    if search is not None and within is not None:
-        start = snapshot["times"][search["start"] - snapshot["base"]]
-        candidates.append(start + within // _MICRO)
-    return min(candidates) if candidates else None
-
-
-def _window_step(rule: ActiveRule, key: str, state: Any, rows: list[Row], watermark: datetime | None
-                 ) -> tuple[Any, list[Emitted], int, int, int | None]:
+def _window_step(rule: ActiveRule, keys: _RuleKeys, key: str, rows: list[Row], watermark: datetime | None
+                 ) -> tuple[list[Emitted], int]:
+    """``rows`` passed the rule's WHERE."""
     spec = rule.compiled.window
     assert spec is not None
-    windows = WindowState(spec, state)
+    windows = keys.live.get(key)
+    if windows is None:
+        windows = WindowState(spec, keys.frozen.get(key))
     late = windows.late
     mark = micros_of(watermark) if watermark is not None else None
     windows.add(rows, mark)
     out = []
-    tenant = rows[-1].get("tenantid") if rows else (state or {}).get("tenant")
     if mark is not None:
         group_key = _nest(rule.compiled.partition_key, _values(key))
         for start, end, data in windows.close(mark, group_key):
             out.append(Emitted(
                 rule=rule, id=_event_id(rule, key, str(start)), subject=_subject(key),
-                time=time_of(end), tenantid=tenant, data=data,
+                time=time_of(end), tenantid=windows.tenant, data=data,
             ))
     late = windows.late - late
     if not windows.open:
-        return None, out, 0, late, None
-    snapshot = windows.snapshot()
-    snapshot["tenant"] = tenant
-    return snapshot, out, windows.size, late, min(windows.open) + spec.size // _MICRO
+        keys.forget(key)
+    else:
+        keys.live[key] = windows
+        keys.dirty.add(key)
+        keys.sizes[key] = windows.size
+        keys.set_wake(key, min(windows.open) + spec.size // _MICRO)
+    return out, late
 
 
 def _values(key: str) -> list[Any]:

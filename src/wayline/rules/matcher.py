@@ -123,21 +123,14 @@ class PartitionMatcher:
         self._spec = spec
         self._reorder = reorder
         self._max_threads = max_threads
-        conditions = spec.conditions
-        automaton = spec.automaton
-        self._variables = automaton.variables
-        self._states = tuple(
-            (variable, conditions.tests[variable], conditions.updates[variable],
-             conditions.cacheable[variable], automaton.follow[state])
-            for state, variable in enumerate(automaton.variable_of)
-        )
-        self._fresh: list[tuple[int, Context, Labels]] = [
-            (state, conditions.initial, None) for state in automaton.start
-        ]
-        self._has_context = bool(conditions.initial)
-        self._within = spec.within // _MICROSECOND if spec.within else None
-        self._lookback = spec.lookback
-        self._time_column, *self._time_path = spec.order_by
+        program = _program(spec)
+        self._variables = spec.automaton.variables
+        self._states = program.states
+        self._fresh = program.fresh
+        self._has_context = program.has_context
+        self._within = program.within
+        self._lookback = program.lookback
+        self._time_column, self._time_path = program.time_column, program.time_path
         self._frame = DefineFrame()
         self._load(state or {})
 
@@ -183,6 +176,20 @@ class PartitionMatcher:
         """What the state holds, for state budgets."""
         labels = len(self._threads) * (self._pos - self._start) if self._start >= 0 else 0
         return MatcherSize(len(self._rows), len(self._pending), len(self._threads), labels)
+
+    @property
+    def wake_at(self) -> int | None:
+        """The earliest watermark (epoch µs) that would settle something: a waiting row
+        becomes usable, or the current search's WITHIN window ends. None: only rows can."""
+        candidates = [self._pending[0][0] + 1] if self._pending else []
+        if self._start >= 0 and self._within is not None:
+            candidates.append(self._times[self._start - self._base] + self._within)
+        return min(candidates) if candidates else None
+
+    def row(self, number: int) -> Row | None:
+        """Row ``number`` of the partition if still kept (rows are trimmed in large steps)."""
+        index = number - self._base
+        return self._rows[index] if 0 <= index < len(self._rows) else None
 
     def snapshot(self) -> dict[str, Any]:
         """The state as plain data; ``PartitionMatcher(spec, state=...)`` resumes from it."""
@@ -391,6 +398,37 @@ class PartitionMatcher:
             del self._rows[:drop]
             del self._times[:drop]
             self._base = keep_from
+
+
+class _Program:
+    """What every matcher of one pattern shares, built once per spec, not once per partition."""
+
+    def __init__(self, spec: PatternSpec) -> None:
+        conditions = spec.conditions
+        automaton = spec.automaton
+        self.states = tuple(
+            (variable, conditions.tests[variable], conditions.updates[variable],
+             conditions.cacheable[variable], automaton.follow[state])
+            for state, variable in enumerate(automaton.variable_of)
+        )
+        self.fresh: list[tuple[int, Context, Labels]] = [
+            (state, conditions.initial, None) for state in automaton.start
+        ]
+        self.has_context = bool(conditions.initial)
+        self.within = spec.within // _MICROSECOND if spec.within else None
+        self.lookback = spec.lookback
+        self.time_column, *self.time_path = spec.order_by
+
+
+# id(spec) -> (spec, program); the spec is kept so that its id cannot be reused.
+_PROGRAMS: dict[int, tuple[PatternSpec, _Program]] = {}
+
+
+def _program(spec: PatternSpec) -> _Program:
+    entry = _PROGRAMS.get(id(spec))
+    if entry is None or entry[0] is not spec:
+        entry = _PROGRAMS[id(spec)] = (spec, _Program(spec))
+    return entry[1]
 
 
 def _unwind(labels: Labels) -> list[int]:

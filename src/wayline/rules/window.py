@@ -245,7 +245,8 @@ class WindowState:
     """The open windows of one window rule for one partition key: window start → partials.
 
     Plain data (``snapshot()`` / ``WindowState(spec, state)``) so the stateful operator can
-    store it. ``late`` counts events dropped because every window they fall in had closed.
+    store it. ``late`` counts events dropped because every window they fall in had closed;
+    ``tenant`` is the tenant of the last event added (the output event's ``tenantid``).
     """
 
     def __init__(self, spec: WindowSpec, state: Mapping[str, Any] | None = None) -> None:
@@ -253,12 +254,14 @@ class WindowState:
         state = state or {}
         self.open: dict[int, list[Any]] = {int(k): list(v) for k, v in state.get("open", {}).items()}
         self.late: int = state.get("late", 0)
+        self.tenant: str | None = state.get("tenant")
 
     def add(self, rows: Iterable[Row], watermark: int | None) -> None:
+        """Fold rows that passed the rule's WHERE (the caller filters, so that a key none of
+        whose rows pass is never built)."""
         spec = self._spec
         for row in rows:
-            if spec.where is not None and spec.where(row) is not True:
-                continue
+            self.tenant = row.get("tenantid")
             time = row.get("event_time")
             if not isinstance(time, datetime):
                 continue
@@ -299,7 +302,7 @@ class WindowState:
         return len(self.open)
 
     def snapshot(self) -> dict[str, Any]:
-        return {"open": {str(k): v for k, v in self.open.items()}, "late": self.late}
+        return {"open": {str(k): v for k, v in self.open.items()}, "late": self.late, "tenant": self.tenant}
 
 
 def _empty(kind: str) -> Any:
