@@ -113,6 +113,10 @@ class DeliverySettings(_Section):
     batch_buckets: int = Field(
         default=16, ge=1, description="stateful-operator keys the batch shards are hashed into"
     )
+    batch_trigger_interval_s: float = Field(
+        default=1.0, gt=0,
+        description="the batching query's micro-batch interval: how late after max_wait a batch may go out",
+    )
     batch_remember_s: float = Field(
         default=3600.0, gt=0, description="an idle batch shard's replay guard is kept this long"
     )

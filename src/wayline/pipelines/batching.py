@@ -18,7 +18,8 @@
 Sorting by event id makes the chunks of a replayed micro-batch the same as the first
 time, so their webhook ids are too and the delivery log skips them; a bundle handed over
 twice is dropped by the bucket. The wait of a leftover starts when the batching query
-sees it, a trigger interval after the matching query read its events.
+sees it, a trigger interval after the matching query read its events, and the batch goes
+out at the first batching micro-batch after its deadline (``delivery.batch_trigger_interval_s``).
 """
 
 from __future__ import annotations
@@ -205,7 +206,9 @@ def start_batching(
     )
     if available_now:
         return writer.trigger(availableNow=True).start()
-    return writer.trigger(processingTime=f"{round(delivery.trigger_interval_s * 1000)} milliseconds").start()
+    # Spark runs every trigger of a processing-time stateful operator, new data or not (to
+    # fire timers), so this interval is a standing cost, paid even when nothing is pending.
+    return writer.trigger(processingTime=f"{round(delivery.batch_trigger_interval_s * 1000)} milliseconds").start()
 
 
 __all__ = [
