@@ -30,7 +30,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
-from sqlalchemy import DateTime, Engine, String, Text, delete, func, select, text, update
+from sqlalchemy import DateTime, Engine, String, Text, bindparam, delete, func, select, text, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Mapped, Session, mapped_column
@@ -123,6 +123,12 @@ class RetryQueue:
         with self._transaction() as session:
             return [Claim(_pending(row), leased_until) for row in session.scalars(claim)]
 
+    def any_due(self, now: datetime) -> bool:
+        """Is any entry due at ``now``? One index probe: lets the retry query skip an idle drain."""
+        due = select(RetryEntry.webhook_id).where(RetryEntry.dead_reason.is_(None), RetryEntry.due_at <= now).limit(1)
+        with self._transaction() as session:
+            return session.scalars(due).first() is not None
+
     def settle(self, claims: Sequence[Claim], states: Sequence[State], now: datetime) -> None:
         """Keep the outcome of each claimed entry's attempt (``states`` in the order of ``claims``)."""
         succeeded = [s for s in states if isinstance(s, Succeeded)]
@@ -139,16 +145,23 @@ class RetryQueue:
                 # A success is final whoever holds the lease now.
                 session.execute(delete(RetryEntry).where(
                     RetryEntry.webhook_id.in_([s.delivered.webhook_id for s in succeeded])))
-            for state in failed:
-                pending, outcome, dead_reason = failed_attempt(state)
-                session.execute(
-                    update(RetryEntry)
-                    .where(RetryEntry.webhook_id == pending.webhook_id,
-                           RetryEntry.due_at == lease[pending.webhook_id])
-                    .values(attempts=pending.attempts, due_at=now if dead_reason else pending.due_at,
-                            last_error=describe(outcome)[:MAX_ERROR_CHARS], dead_reason=dead_reason)
-                )
             if failed:
+                # One statement for all, executed as a pipelined executemany (a round trip
+                # per entry made settling ten times slower).
+                entries = RetryEntry.__table__
+                reschedule = (
+                    update(entries)
+                    .where(entries.c.webhook_id == bindparam("b_webhook_id"), entries.c.due_at == bindparam("b_lease"))
+                    .values(attempts=bindparam("b_attempts"), due_at=bindparam("b_due_at"),
+                            last_error=bindparam("b_last_error"), dead_reason=bindparam("b_dead_reason"))
+                )
+                rows = []
+                for state in failed:
+                    pending, outcome, dead_reason = failed_attempt(state)
+                    rows.append({"b_webhook_id": pending.webhook_id, "b_lease": lease[pending.webhook_id],
+                                 "b_attempts": pending.attempts, "b_due_at": now if dead_reason else pending.due_at,
+                                 "b_last_error": describe(outcome)[:MAX_ERROR_CHARS], "b_dead_reason": dead_reason})
+                session.connection().execute(reschedule, rows)
                 session.execute(insert(AttemptLogEntry), [attempt_row(s, now) for s in failed])
             self._track_health(session, succeeded, failed, now)
 

@@ -6,7 +6,7 @@ checkpoint like any query. Each micro-batch (``foreachBatch``, on the driver):
 
 1. takes the registry snapshot's endpoints as targets (broadcast, swapped when the
    registry version moves, as in the delivery job);
-2. runs one drain task per shard of endpoints (``mapInArrow`` over the shard numbers):
+2. if any entry is due, runs one drain task per shard of endpoints (``mapInArrow`` over the shard numbers):
    each task claims its shard's due entries from PostgreSQL itself, attempts them through
    the same stage pieces as the main path and settles them
    (:mod:`wayline.delivery.drain`) — payloads never pass through the driver;
@@ -46,7 +46,7 @@ from wayline.delivery.operations import OperationsProducer, dead_lettered_events
 from wayline.delivery.outcomes import BatchSummary, Tally
 from wayline.delivery.stage import StageSettings
 from wayline.delivery.targets import Target, target_of
-from wayline.pipelines.delivery import DELIVERY_CALLER, disable_gone
+from wayline.pipelines.delivery import DELIVERY_CALLER, concise_failures, disable_gone
 from wayline.pipelines.sending import TALLY_SCHEMA, task_settings
 from wayline.registry.db import Database, make_engine
 from wayline.registry.endpoint import EndpointPatch, EndpointService
@@ -159,12 +159,15 @@ def start_retries(
     shards = delivery.send_partitions
 
     def tick(_batch: DataFrame, _batch_id: int) -> None:
-        live = holder.current()
-        drainer = ShardDrainer(live.targets, for_tasks, stage, shards, delivery.retry_claim_limit, lease)
-        tally = drain(spark, drainer, shards)
-        if metrics is not None:
-            metrics.add(BatchSummary(deliveries=tally, registry_version=live.version))
-        disable_gone(database, tally.gone_subscriptions())
+        # A Spark job only when something is due: an idle drain would still take both task
+        # slots of a small cluster from the delivery job every poll.
+        if queue.any_due(datetime.now(timezone.utc)):
+            live = holder.current()
+            drainer = ShardDrainer(live.targets, for_tasks, stage, shards, delivery.retry_claim_limit, lease)
+            tally = drain(spark, drainer, shards)
+            if metrics is not None:
+                metrics.add(BatchSummary(deliveries=tally, registry_version=live.version))
+            disable_gone(database, tally.gone_subscriptions())
         now = datetime.now(timezone.utc)
         while len(queue.bury(BURY_LIMIT, now, lambda buried: producer.publish(dead_lettered_events(buried)))) \
                 == BURY_LIMIT:
@@ -178,7 +181,7 @@ def start_retries(
         .writeStream.queryName("wayline-retries")
         .option("checkpointLocation", str(root))
         .trigger(processingTime=f"{round(delivery.retry_poll_s * 1000)} milliseconds")
-        .foreachBatch(tick)
+        .foreachBatch(concise_failures("wayline-retries", tick))
         .start()
     )
 

@@ -1,0 +1,273 @@
+"""Benchmark: does a failing or hanging endpoint slow anyone else down?
+
+Two registries of ``--endpoints`` endpoints each, one event type each, every endpoint
+subscribed (streaming mode) to its own tenant, so each event goes to exactly one
+endpoint. In the *healthy* scenario every endpoint answers 204; in the *faulty* one 5%
+answer 500 and 5% hang (never answer). Both scenarios run in the same session, on the
+same stack, with the delivery job *and* the retry query running (the retry query works
+off the failures meanwhile, on the same two cores). Per scenario, fresh topics:
+
+- **backlog**: ``--backlog`` events produced first, then drained; the healthy endpoints'
+  delivery rate is their events divided by the time from their first to last arrival;
+- **steady**: ``--rate`` events/s for ``--seconds`` s, each stamped with its send time;
+  the healthy endpoints' end-to-end latency (p50, p99) from that stamp to arrival.
+
+The receiver is its own process (aiohttp, one path per endpoint); it does not verify
+signatures here (bench/delivery.py does), to keep its CPU share small.
+Run: .venv/bin/python bench/delivery_failures.py [--endpoints 2000] [--backlog 20000]
+It starts its own stack under bench/results/delivery_failures-state and stops it at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing
+import os
+import platform
+import random
+import shutil
+import statistics
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import orjson
+from aiohttp import web
+from confluent_kafka import Producer
+
+from wayline.api.app import endpoint_service
+from wayline.core.kafka import ensure_topics
+from wayline.core.settings import Settings
+from wayline.delivery.metrics import DeliveryMetrics
+from wayline.pipelines.delivery import start_delivery
+from wayline.pipelines.retries import start_retries
+from wayline.registry import catalog, customer, subscription
+from wayline.registry.access import ADMIN
+from wayline.registry.db import Database, make_engine, migrate
+from wayline.registry.endpoint import EndpointIn
+from wayline.stack import local
+from wayline.stack.spark import spark_session
+
+RESULTS = Path(__file__).parent / "results"
+PER_CUSTOMER = 100
+# Give up when nothing new arrived for this long (the first arrival may take longer: the
+# job's first micro-batch loads the snapshot and starts Python workers).
+STALL_S = 60.0
+FIRST_ARRIVAL_S = 600.0
+
+
+def receive(port_out: Any) -> None:
+    """The receiver process: /ok/* answers 204 and records latency, /fail/* 500, /hang/* never."""
+    # Per phase, each event's first arrival; repeats (at-least-once: a request cut by the
+    # stage deadline after it arrived is sent again) are counted, not timed.
+    arrivals: dict[str, dict[str, tuple[float, float]]] = {}
+    repeats: dict[str, int] = {}
+
+    async def ok(request: web.Request) -> web.Response:
+        now = time.time()
+        body = orjson.loads(await request.read())
+        # Event ids are "<phase>-<n>": the backlog and the steady phase are counted apart.
+        phase = body["id"].rsplit("-", 1)[0]
+        seen = arrivals.setdefault(phase, {})
+        if body["id"] in seen:
+            repeats[phase] = repeats.get(phase, 0) + 1
+        else:
+            seen[body["id"]] = (now, now - body["data"]["sent"])
+        return web.Response(status=204)
+
+    async def fail(_request: web.Request) -> web.Response:
+        return web.Response(status=500, text="failing on purpose")
+
+    async def hang(_request: web.Request) -> web.Response:
+        await asyncio.sleep(3600)
+        return web.Response(status=204)
+
+    async def stats(request: web.Request) -> web.Response:
+        phase = request.match_info["phase"]
+        got = arrivals.get(phase, {}).values()
+        return web.json_response({"count": len(got), "repeats": repeats.get(phase, 0),
+                                  "first": min((a for a, _ in got), default=None),
+                                  "last": max((a for a, _ in got), default=None),
+                                  "latencies": sorted(lat for _, lat in got)})
+
+    async def main() -> None:
+        app = web.Application()
+        app.router.add_post("/ok/{scenario}/{n}", ok)
+        app.router.add_post("/fail/{scenario}/{n}", fail)
+        app.router.add_post("/hang/{scenario}/{n}", hang)
+        app.router.add_get("/stats/{phase}", stats)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port_out.send(runner.addresses[0][1])
+        await asyncio.Event().wait()
+
+    asyncio.run(main())
+
+
+def phase_stats(receiver: str, phase: str) -> dict[str, Any]:
+    import urllib.request
+
+    with urllib.request.urlopen(f"{receiver}/stats/{phase}", timeout=60) as answer:
+        return json.loads(answer.read())
+
+
+def kinds(endpoints: int, faulty: bool, rng: random.Random) -> list[str]:
+    if not faulty:
+        return ["ok"] * endpoints
+    bad = endpoints // 20
+    shape = ["fail"] * bad + ["hang"] * bad + ["ok"] * (endpoints - 2 * bad)
+    rng.shuffle(shape)
+    return shape
+
+
+def register(database: Database, settings: Settings, receiver: str, scenario: str, shape: list[str]) -> str:
+    """Endpoints and subscriptions of one scenario; returns its event type."""
+    event_type = f"bench.{scenario}.event"
+    service = endpoint_service(settings)
+    with database.transaction() as session:
+        catalog.upsert_tenants(session, ADMIN, [catalog.TenantIn(id=f"{scenario}-{n}") for n in range(len(shape))])
+        catalog.create_event_type(session, ADMIN, catalog.EventTypeIn(name=event_type))
+        owner = ""
+        for n, kind in enumerate(shape):
+            if n % PER_CUSTOMER == 0:
+                owner = customer.create(session, ADMIN, customer.CustomerIn(name=f"bench {scenario} {n}")).id
+            created = service.create(session, ADMIN, EndpointIn(
+                url=f"{receiver}/{kind}/{scenario}/{n}", customer_id=owner))
+            subscription.create(session, ADMIN, subscription.SubscriptionIn(
+                endpoint_id=created.id, event_types=[event_type], tenant_scope="tenants", tenants=[f"{scenario}-{n}"]))
+    return event_type
+
+
+def produce(bootstrap: str, topic: str, event_type: str, scenario: str, phase: str, targets: list[int],
+            rate: float | None) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    started = time.monotonic()
+    for i, n in enumerate(targets):
+        if rate is not None:
+            wait = started + i / rate - time.monotonic()
+            if wait > 0:
+                time.sleep(wait)
+        producer.produce(topic, orjson.dumps({
+            "specversion": "1.0", "id": f"{phase}-{i}", "source": "/bench", "type": event_type,
+            "tenantid": f"{scenario}-{n}", "data": {"sent": time.time()},
+        }))
+        producer.poll(0)
+    producer.flush(60)
+
+
+def wait_for(receiver: str, phase: str, expected: int, job: Any) -> dict[str, Any]:
+    seen, moved_at = 0, time.time()
+    while True:
+        got = phase_stats(receiver, phase)
+        patience = STALL_S if seen else FIRST_ARRIVAL_S
+        if got["count"] >= expected or time.time() - moved_at > patience or not job.isActive:
+            if not got["count"]:
+                raise RuntimeError(f"nothing of phase {phase} arrived in {patience:g} s")
+            return got
+        if got["count"] > seen:
+            seen, moved_at = got["count"], time.time()
+        time.sleep(1.0)
+
+
+def scenario_run(spark: Any, base: Settings, database: Database, receiver: str, scenario: str, faulty: bool,
+                 args: argparse.Namespace) -> dict[str, Any]:
+    rng = random.Random(7)
+    shape = kinds(args.endpoints, faulty, rng)
+    prefix = f"events.{scenario}."
+    settings = base.model_copy(update={
+        "kafka": base.kafka.model_copy(update={"event_topic_prefix": prefix,
+                                               "max_offsets_per_trigger": args.per_trigger}),
+        "delivery": base.delivery.model_copy(update={
+            "batch_topic": f"bench.{scenario}.batching", "operations_topic": f"bench.{scenario}.operations",
+            "stage_deadline_s": args.deadline, "metrics_port": 0}),
+    })
+    topic = f"{prefix}events"
+    ensure_topics(settings.kafka_bootstrap(), [topic], settings.kafka.topic_partitions)
+    event_type = register(database, settings, receiver, scenario, shape)
+    backlog = [rng.randrange(args.endpoints) for _ in range(args.backlog)]
+    produce(settings.kafka_bootstrap(), topic, event_type, scenario, scenario + "b", backlog, None)
+    root = base.state_dir / "checkpoints" / scenario
+    job = start_delivery(spark, settings, database, endpoint_service(settings), DeliveryMetrics(),
+                         checkpoint=root / "delivery")
+    retries = start_retries(spark, settings, database, endpoint_service(settings), checkpoint=root / "retries")
+    result: dict[str, Any] = {"scenario": scenario, "faulty": faulty, "endpoints": args.endpoints,
+                              "healthy_endpoints": shape.count("ok")}
+    try:
+        expected = sum(1 for n in backlog if shape[n] == "ok")
+        got = wait_for(receiver, scenario + "b", expected, job)
+        result |= {"backlog_healthy_expected": expected, "backlog_healthy_delivered": got["count"],
+                   "backlog_healthy_repeats": got["repeats"],
+                   "backlog_healthy_per_s": got["count"] / (got["last"] - got["first"])}
+        steady = [rng.randrange(args.endpoints) for _ in range(int(args.rate * args.seconds))]
+        produce(settings.kafka_bootstrap(), topic, event_type, scenario, scenario + "s", steady, args.rate)
+        expected = sum(1 for n in steady if shape[n] == "ok")
+        got = wait_for(receiver, scenario + "s", expected, job)
+        latencies = got["latencies"]
+        result |= {"steady_healthy_expected": expected, "steady_healthy_delivered": got["count"],
+                   "steady_healthy_repeats": got["repeats"],
+                   "steady_p50_s": statistics.median(latencies),
+                   "steady_p99_s": latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))]}
+        assert job.exception() is None and retries.exception() is None, (job.exception(), retries.exception())
+    finally:
+        retries.stop()
+        job.stop()
+    print(json.dumps(result), flush=True)
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--endpoints", type=int, default=2000)
+    parser.add_argument("--backlog", type=int, default=20_000)
+    parser.add_argument("--rate", type=float, default=1000)
+    parser.add_argument("--seconds", type=float, default=20)
+    parser.add_argument("--deadline", type=float, default=5.0, help="delivery.stage_deadline_s")
+    # Small micro-batches: a streaming stage's requests must finish within the deadline on a
+    # loaded 2-core machine, or the healthy run itself spills into the retry store.
+    parser.add_argument("--per-trigger", type=int, default=1000, help="kafka.max_offsets_per_trigger")
+    parser.add_argument("--runs", type=int, default=1)
+    args = parser.parse_args()
+
+    state = RESULTS / "delivery_failures-state"
+    shutil.rmtree(state, ignore_errors=True)
+    settings = Settings(state_dir=state, registry={"url_allow_list": ["127.0.0.1/32"]})
+    local.up(settings)
+    engine = make_engine(settings)
+    migrate(engine)
+    database = Database(engine)
+    port_in, port_out = multiprocessing.Pipe(duplex=False)
+    receiver_process = multiprocessing.Process(target=receive, args=(port_out,), daemon=True)
+    receiver_process.start()
+    receiver = f"http://127.0.0.1:{port_in.recv()}"
+    spark = spark_session(settings)
+    results: list[dict[str, Any]] = []
+    try:
+        for n in range(args.runs):
+            # Alternate the order, so neither scenario always runs on a warmer JVM.
+            for faulty in ((False, True) if n % 2 == 0 else (True, False)):
+                scenario = f"{'faulty' if faulty else 'healthy'}{n}"
+                results.append(scenario_run(spark, settings, database, receiver, scenario, faulty, args))
+    finally:
+        spark.stop()
+        receiver_process.kill()
+        engine.dispose()
+        local.down(settings)
+    summary = {
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "machine": f"{platform.platform()}, {os.cpu_count()} cores",
+        "load_average": os.getloadavg(),
+        "args": vars(args),
+        "results": results,
+    }
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "delivery_failures.json").write_text(json.dumps(summary, indent=2))
+    print(json.dumps(summary, indent=2))
+
+
+if __name__ == "__main__":
+    main()

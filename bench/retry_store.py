@@ -1,0 +1,149 @@
+"""Benchmark: can the PostgreSQL retry store keep up, and what would a Kafka retry topic give?
+
+The retry path's store work per entry, without HTTP: ``--entries`` entries of a 512-byte
+payload over 2,000 endpoints are handed over the way the delivery stage does
+(``PostgresDeliveryStore.record``), then drained by ``--drainers`` threads, one shard
+each, exactly as the retry query's tasks do (``RetryQueue.claim`` with ``FOR UPDATE SKIP
+LOCKED`` and a lease, then ``RetryQueue.settle``: half succeed — delivery log row, entry
+deleted — and half are rescheduled with an attempt-log row). Reported: entries/s for the
+hand-over and for claim + settle.
+
+For reference, the same number of records produced to and consumed from a Kafka topic
+(the transport a retry-topic design would use), with no bookkeeping at all.
+Run: .venv/bin/python bench/retry_store.py [--entries 50000] [--runs 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import shutil
+import statistics
+import threading
+import time
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, Producer
+
+from wayline.core.kafka import ensure_topics
+from wayline.core.settings import Settings
+from wayline.delivery.attempt import Pending, Succeeded, WillRetry
+from wayline.delivery.drain import RetryQueue
+from wayline.delivery.store import PostgresDeliveryStore
+from wayline.delivery.transport import Response
+from wayline.registry.db import make_engine, migrate
+from wayline.stack import local
+
+RESULTS = Path(__file__).parent / "results"
+PAYLOAD = b"x" * 512
+
+
+def hand_over(store: PostgresDeliveryStore, run: str, entries: int) -> float:
+    now = datetime.now(UTC)
+    failed = Response(500, {}, b"no", 0.01)
+    states = [
+        WillRetry(Pending.single(f"{run}-{n}", PAYLOAD, subscription_id=f"sub_{n % 2000}",
+                                 endpoint_id=f"ep_{run}_{n % 2000}", now=now), failed)
+        for n in range(entries)
+    ]
+    started = time.perf_counter()
+    for chunk in range(0, entries, 1000):
+        store.record(states[chunk:chunk + 1000])
+    return entries / (time.perf_counter() - started)
+
+
+def drain(queue: RetryQueue, drainers: int) -> tuple[float, int]:
+    done = [0] * drainers
+    ok = Response(204, {}, b"", 0.01)
+    failed = Response(500, {}, b"no", 0.01)
+    rng = random.Random(1)
+
+    def work(shard: int) -> None:
+        while True:
+            now = datetime.now(UTC)
+            claims = queue.claim(shard, drainers, 1000, timedelta(seconds=60), now)
+            if not claims:
+                return
+            states = [
+                Succeeded(c.pending, ok, now) if rng.random() < 0.5
+                else WillRetry(replace(c.pending, attempts=c.pending.attempts + 1, due_at=now + timedelta(days=1)),
+                               failed)
+                for c in claims
+            ]
+            queue.settle(claims, states, now)
+            done[shard] += len(claims)
+
+    threads = [threading.Thread(target=work, args=(shard,)) for shard in range(drainers)]
+    started = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return sum(done) / (time.perf_counter() - started), sum(done)
+
+
+def kafka_round_trip(bootstrap: str, topic: str, entries: int) -> float:
+    ensure_topics(bootstrap, [topic], 2)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": topic, "auto.offset.reset": "earliest"})
+    consumer.subscribe([topic])
+    started = time.perf_counter()
+    for n in range(entries):
+        producer.produce(topic, PAYLOAD, key=str(n % 2000).encode())
+        producer.poll(0)
+    producer.flush(60)
+    seen = 0
+    while seen < entries:
+        seen += sum(1 for m in consumer.consume(10_000, timeout=1.0) if m.error() is None)
+    consumer.commit(asynchronous=False)
+    consumer.close()
+    return entries / (time.perf_counter() - started)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--entries", type=int, default=50_000)
+    parser.add_argument("--drainers", type=int, default=2)
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args()
+    state = RESULTS / "retry_store-state"
+    shutil.rmtree(state, ignore_errors=True)
+    settings = Settings(state_dir=state)
+    local.up(settings)
+    engine = make_engine(settings)
+    migrate(engine)
+    runs: list[dict[str, Any]] = []
+    try:
+        store, queue = PostgresDeliveryStore(engine), RetryQueue(engine)
+        for n in range(args.runs):
+            run = f"r{n}"
+            handed = hand_over(store, run, args.entries)
+            drained, count = drain(queue, args.drainers)
+            kafka = kafka_round_trip(settings.kafka_bootstrap(), f"bench.retry.{run}", args.entries)
+            runs.append({"hand_over_per_s": handed, "claim_settle_per_s": drained, "drained": count,
+                         "kafka_produce_consume_per_s": kafka})
+            print(json.dumps(runs[-1]), flush=True)
+    finally:
+        engine.dispose()
+        local.down(settings)
+    summary = {
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": f"{platform.platform()}, {os.cpu_count()} cores",
+        "load_average": os.getloadavg(),
+        "args": vars(args),
+        "runs": runs,
+        "medians": {k: statistics.median(r[k] for r in runs) for k in runs[0]},
+    }
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "retry_store.json").write_text(json.dumps(summary, indent=2))
+    print(json.dumps(summary["medians"], indent=2))
+
+
+if __name__ == "__main__":
+    main()
