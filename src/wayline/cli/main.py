@@ -4,7 +4,6 @@ and the pipelines."""
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated
 
@@ -134,13 +133,15 @@ def run_inspect() -> None:
 
 
 def _watch_delivery(settings: Settings, receiver: Receiver | None = None,
-                    stop_when: Callable[[], bool] = lambda: False) -> None:
+                    stop_when: Callable[[], bool] = lambda: False, *, retries: bool = False) -> None:
     """Run the delivery job with a live view until Ctrl-C (or ``stop_when``); with a local
-    ``receiver``, the view shows what each of its endpoints got."""
+    ``receiver``, the view shows what each of its endpoints got. With ``retries``, the retry
+    query runs beside it in the same Spark session (counted in the same metrics)."""
     from wayline.api.app import endpoint_service
     from wayline.cli.views import delivery_view
     from wayline.delivery.metrics import DeliveryMetrics, serve_metrics
     from wayline.pipelines.delivery import start_delivery
+    from wayline.pipelines.retries import start_retries
     from wayline.registry.db import Database, make_engine
     from wayline.stack.spark import spark_session
 
@@ -158,9 +159,16 @@ def _watch_delivery(settings: Settings, receiver: Receiver | None = None,
             return delivery_view(metrics.overview(), float(progress.get("inputRowsPerSecond") or 0),
                                  receiver.stats() if receiver else {})
 
+        retry_query = (start_retries(spark, settings, Database(engine), endpoint_service(settings), metrics)
+                       if retries else None)
         try:
-            watch(job, view, "delivery job", stop_when)
+            watch(job, view, "delivery job",
+                  lambda: stop_when() or (retry_query is not None and not retry_query.isActive))
+            if retry_query is not None and retry_query.exception() is not None:
+                raise WaylineError(f"the retry query failed: {retry_query.exception()}")
         finally:
+            if retry_query is not None:
+                retry_query.stop()
             spark.stop()
     finally:
         server.close()
@@ -200,21 +208,16 @@ def run_retries() -> None:
             spark = spark_session(settings)
         query = start_retries(spark, settings, Database(engine), endpoint_service(settings), metrics)
         console.print(f"draining retries every {settings.delivery.retry_poll_s:g} s; Ctrl-C stops")
+
+        def view() -> RenderableType:
+            seen = metrics.overview()
+            return (f"{seen.deliveries[Outcome.DELIVERED]:,} delivered on retry · "
+                    f"{seen.deliveries[Outcome.RETRIED]:,} to retry again · "
+                    f"{seen.deliveries[Outcome.DEAD_LETTERED]:,} dead-lettered")
+
         try:
-            with console.status("waiting for due retries…") as status:
-                while query.isActive:
-                    seen = metrics.overview()
-                    status.update(f"{seen.deliveries[Outcome.DELIVERED]:,} delivered on retry · "
-                                  f"{seen.deliveries[Outcome.RETRIED]:,} to retry again · "
-                                  f"{seen.deliveries[Outcome.DEAD_LETTERED]:,} dead-lettered")
-                    # Not awaitTermination: Ctrl-C must land outside a call into the JVM.
-                    time.sleep(0.5)
-            if query.exception() is not None:
-                raise WaylineError(f"the retry query failed: {query.exception()}")
-        except KeyboardInterrupt:
-            console.print("stopping…")
+            watch(query, view, "retry query")
         finally:
-            query.stop()
             spark.stop()
     finally:
         engine.dispose()
@@ -279,7 +282,7 @@ def demo(
         for described in seeded.subscriptions.values():
             console.print(f"  subscription {described}")
         producer.start()
-        _watch_delivery(settings, receiver.receiver, stop_when=lambda: bool(failures))
+        _watch_delivery(settings, receiver.receiver, stop_when=lambda: bool(failures), retries=True)
     finally:
         stop.set()
         if producer.is_alive():
