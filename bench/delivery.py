@@ -33,7 +33,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from wayline.api.app import endpoint_service
 from wayline.core.kafka import ensure_topics
@@ -97,18 +97,16 @@ def java_peak_rss_mb() -> float:
     return peak / 1024
 
 
-def consume_all(bootstrap: str, topics: list[str], count: int) -> float:
-    """Events/s for a plain consumer reading ``count`` records of ``topics``."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{time.time()}",
-                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
-    consumer.subscribe(topics)
-    seen, started = 0, None
+def consume_all(bootstrap: str, topics: list[str], partitions: int, count: int) -> float:
+    """Events/s for a plain consumer reading ``count`` records of ``topics`` from the start
+    (partitions assigned directly: no group rebalance in the timing)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-ceiling", "enable.auto.commit": False})
+    started = time.monotonic()
+    consumer.assign([TopicPartition(t, p, OFFSET_BEGINNING) for t in topics for p in range(partitions)])
+    seen = 0
     try:
         while seen < count:
-            for message in consumer.consume(10_000, timeout=1.0):
-                if message.error() is None:
-                    started = started or time.monotonic()
-                    seen += 1
+            seen += sum(1 for m in consumer.consume(10_000, timeout=1.0) if m.error() is None)
         return seen / (time.monotonic() - started)
     finally:
         consumer.close()
@@ -134,7 +132,8 @@ def one_run(spark: Any, base: Settings, database: Database, receiver_url: str, s
     result: dict[str, Any] = {"mode": mode, "events": events}
     if rate is None:  # a backlog: produced first, then drained
         loadgen.produce(settings.kafka_bootstrap(), factory.records(events))
-        result["ceiling_events_per_s"] = consume_all(settings.kafka_bootstrap(), topics, events)
+        result["ceiling_events_per_s"] = consume_all(settings.kafka_bootstrap(), topics,
+                                                     settings.kafka.topic_partitions, events)
     checkpoint = RESULTS / "delivery-state" / "checkpoints" / run / mode
     metrics = DeliveryMetrics()
     job = start_delivery(spark, settings, database, endpoints, metrics, checkpoint=checkpoint)

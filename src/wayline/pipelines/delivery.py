@@ -16,7 +16,8 @@ Two streaming queries, started and stopped together (:class:`DeliveryJob`):
 6. adds the counts the tasks return to the metrics, and disables in the registry every
    subscription whose endpoint answered 410.
 
-*batching*: the leftovers wait in a stateful operator until their batch is full or
+*batching* (started once some subscription is in batch mode, or an earlier run left
+leftovers): the leftovers wait in a stateful operator until their batch is full or
 ``max_wait`` has passed, then go through the same send step.
 
 Both queries share one snapshot holder, one metrics object and the send step, so a
@@ -118,6 +119,8 @@ class LiveSnapshot:
     keys: DataFrame
     routes: DataFrame
     targets: Broadcast[dict[str, Target]]
+    has_batch: bool
+    """Some subscription is in batch mode."""
 
     @property
     def version(self) -> int:
@@ -137,7 +140,8 @@ def load_live_snapshot(spark: SparkSession, database: Database, endpoints: Endpo
     )
     # Decrypted credentials reach the executors in this broadcast, never in DataFrame rows.
     targets = spark.sparkContext.broadcast({e.id: target_of(e) for e in snapshot.endpoints.values()})
-    return LiveSnapshot(snapshot, match_keys_frame(spark, snapshot), routes, targets)
+    has_batch = any(s.mode == BATCH for s in snapshot.subscriptions.values())
+    return LiveSnapshot(snapshot, match_keys_frame(spark, snapshot), routes, targets, has_batch)
 
 
 def single_deliveries(pairs: DataFrame) -> DataFrame:
@@ -269,15 +273,26 @@ def concise_failures(query: str, step: MicroBatchStep) -> MicroBatchStep:
 
 
 class DeliveryJob:
-    """The matching and batching queries, run as one job: both stop when either stops."""
+    """The matching query and, once any subscription is in batch mode, the batching query:
+    run as one job, stopped together."""
 
-    def __init__(self, matching: StreamingQuery, batching: StreamingQuery) -> None:
+    def __init__(self, matching: StreamingQuery, start_batching: Callable[[], StreamingQuery]) -> None:
         self.matching = matching
-        self.batching = batching
+        self.batching: StreamingQuery | None = None
+        self._start_batching = start_batching
+        self._lock = threading.Lock()
+
+    def ensure_batching(self) -> None:
+        """Start the batching query unless it runs: an idle one still costs a micro-batch
+        per trigger (see ``wayline.pipelines.batching``), so it starts only when needed."""
+        with self._lock:
+            if self.batching is None:
+                self.batching = self._start_batching()
 
     @property
-    def queries(self) -> tuple[StreamingQuery, StreamingQuery]:
-        return (self.matching, self.batching)
+    def queries(self) -> list[StreamingQuery]:
+        with self._lock:
+            return [self.matching] if self.batching is None else [self.matching, self.batching]
 
     @property
     def isActive(self) -> bool:  # noqa: N802 - reads like StreamingQuery's
@@ -291,7 +306,7 @@ class DeliveryJob:
         return None
 
     def await_termination(self, timeout_s: float) -> None:
-        """Wait for both queries to end (``availableNow`` runs end on their own)."""
+        """Wait for the queries to end (``availableNow`` runs end on their own)."""
         for query in self.queries:
             query.awaitTermination(timeout_s)
 
@@ -335,6 +350,8 @@ def start_delivery(
     def match_and_send(batch: DataFrame, batch_id: int) -> None:
         started.wait()
         live = holder.current()
+        if live.has_batch:
+            job.ensure_batching()
         sender = PartitionSender(live.targets, for_tasks, stage)
         record(deliver_micro_batch(batch, Source(matching_id[0], batch_id), live, settings, sender))
 
@@ -351,18 +368,21 @@ def start_delivery(
         .option("checkpointLocation", str(root / "matching"))
         .foreachBatch(concise_failures("wayline-delivery", match_and_send))
     )
-    # The batching query starts first: it must be reading before the first leftovers arrive
-    # (it would find them anyway, from the earliest offset, but not as soon).
-    batching = start_batching(spark, settings, concise_failures("wayline-delivery-batching", send_ready),
-                              str(root / "batching"), available_now=available_now)
     if available_now:
         writer = writer.trigger(availableNow=True)
     else:
         writer = writer.trigger(processingTime=f"{round(settings.delivery.trigger_interval_s * 1000)} milliseconds")
-    matching = writer.start()
-    matching_id.append(matching.id)
+    job = DeliveryJob(writer.start(), lambda: start_batching(
+        spark, settings, concise_failures("wayline-delivery-batching", send_ready), str(root / "batching"),
+        available_now=available_now,
+    ))
+    # Leftovers of an earlier run (in its state or on the topic) are delivered even if no
+    # subscription is in batch mode any more.
+    if holder.current().has_batch or (root / "batching").exists():
+        job.ensure_batching()
+    matching_id.append(job.matching.id)
     started.set()
-    return DeliveryJob(matching, batching)
+    return job
 
 
 __all__ = [
