@@ -193,7 +193,10 @@ def main() -> None:
             if args.only and name not in args.only:
                 continue
             deploy(database, sqls, settings)
-            runs = [run_once(spark, settings, database, args.events, state_dir / "ckpt") for _ in range(args.runs)]
+            # A fresh checkpoint directory per run: a stopped query's thread may still write
+            # into its own for a moment, and a reused path then fails the next run's batch 0.
+            runs = [run_once(spark, settings, database, args.events, state_dir / f"ckpt-{len(results)}-{run}")
+                    for run in range(args.runs)]
             rates = [r["rate"] for r in runs]
             results[name] = {"median_rate": statistics.median(rates), "rates": rates, "last": runs[-1]}
             print(f"{name:>22}: median {statistics.median(rates):>9,.0f} events/s  runs "
