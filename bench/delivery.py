@@ -184,6 +184,7 @@ def main() -> None:
     parser.add_argument("--streaming-events", type=int, default=100_000)
     parser.add_argument("--latency-rate", type=float, default=2000)
     parser.add_argument("--latency-seconds", type=float, default=20)
+    parser.add_argument("--measures", default="batch,streaming,latency", help="which of the three to run")
     args = parser.parse_args()
 
     state = RESULTS / "delivery-state"
@@ -203,12 +204,16 @@ def main() -> None:
     try:
         for n in range(args.runs):
             run = f"r{n}{int(time.time())}"
-            results.append(one_run(spark, settings, database, receiver_url, secrets_out, run, "batch",
-                                   args.batch_events, None))
-            results.append(one_run(spark, settings, database, receiver_url, secrets_out, run, "streaming",
-                                   args.streaming_events, None))
-            results.append(one_run(spark, settings, database, receiver_url, secrets_out, run + "l", "streaming",
-                                   int(args.latency_rate * args.latency_seconds), args.latency_rate))
+            measures = args.measures.split(",")
+            if "batch" in measures:
+                results.append(one_run(spark, settings, database, receiver_url, secrets_out, run, "batch",
+                                       args.batch_events, None))
+            if "streaming" in measures:
+                results.append(one_run(spark, settings, database, receiver_url, secrets_out, run, "streaming",
+                                       args.streaming_events, None))
+            if "latency" in measures:
+                results.append(one_run(spark, settings, database, receiver_url, secrets_out, run + "l", "streaming",
+                                       int(args.latency_rate * args.latency_seconds), args.latency_rate))
     finally:
         peak_mb = java_peak_rss_mb()
         spark.stop()
@@ -223,7 +228,7 @@ def main() -> None:
         "runs": results,
     }
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "delivery.json").write_text(json.dumps(summary, indent=2))
+    (RESULTS / f"delivery-{int(time.time())}.json").write_text(json.dumps(summary, indent=2))
     print(json.dumps(summary, indent=2))
 
 

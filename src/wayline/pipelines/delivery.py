@@ -188,6 +188,9 @@ def deliver_micro_batch(
 ) -> BatchSummary:
     """Quarantine, match and send one micro-batch; batch-mode leftovers to the batch topic. What happened, in counts."""
     phases: Counter[str] = Counter()
+    # One task per core, not per Kafka partition: a micro-batch runs several jobs over the
+    # cached rows, and hundreds of tiny tasks per job cost more than the work itself.
+    batch = batch.coalesce(batch.sparkSession.sparkContext.defaultParallelism)
     parsed = parse_events(batch, max_bytes=settings.envelope.max_bytes).persist()
     try:
         with timed(phases, "parse"):
