@@ -367,8 +367,11 @@ def scenario(api_settings: Settings, database, spark, tmp_path_factory: pytest.T
         two_tasks = settings.model_copy(update={"delivery": settings.delivery.model_copy(update={"send_partitions": 2})})
         replay = start_delivery(spark, two_tasks, database, endpoints, replay_metrics, checkpoint=checkpoint,
                                 available_now=True)
-        replay.await_termination(120)
-        assert replay.exception() is None, replay.exception()
+        try:
+            replay.await_termination(120)
+            assert replay.exception() is None, replay.exception()
+        finally:
+            replay.stop()
         record.replayed_rows = sum(p.numInputRows for p in replay.matching.recentProgress)
         record.received[3] = list(recorder.requests)
         record.totals[3] = replay_metrics.totals()

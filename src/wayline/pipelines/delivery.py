@@ -284,12 +284,14 @@ class DeliveryJob:
         self.batching: StreamingQuery | None = None
         self._start_batching = start_batching
         self._lock = threading.Lock()
+        self._stopped = False
 
     def ensure_batching(self) -> None:
         """Start the batching query unless it runs: an idle one still costs a micro-batch
         per trigger (see ``wayline.pipelines.batching``), so it starts only when needed."""
         with self._lock:
-            if self.batching is None:
+            # A micro-batch still running when the job stops must not start it afresh.
+            if self.batching is None and not self._stopped:
                 self.batching = self._start_batching()
 
     @property
@@ -309,11 +311,14 @@ class DeliveryJob:
         return None
 
     def await_termination(self, timeout_s: float) -> None:
-        """Wait for the queries to end (``availableNow`` runs end on their own)."""
-        for query in self.queries:
-            query.awaitTermination(timeout_s)
+        """Wait for the matching query to end (an ``availableNow`` run does). The batching
+        query never ends on its own: Spark keeps running a processing-time stateful query
+        for its timers, so stop the job afterwards."""
+        self.matching.awaitTermination(timeout_s)
 
     def stop(self) -> None:
+        with self._lock:
+            self._stopped = True
         for query in self.queries:
             query.stop()
 
