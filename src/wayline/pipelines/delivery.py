@@ -267,7 +267,9 @@ def concise_failures(query: str, step: MicroBatchStep) -> MicroBatchStep:
         try:
             step(batch, batch_id)
         except Exception as exc:
-            _log.exception("%s: micro-batch %d failed", query, batch_id)
+            # A stop interrupts the micro-batch's Spark jobs: expected, and not worth a traceback.
+            if "java.lang.InterruptedException" not in str(exc):
+                _log.exception("%s: micro-batch %d failed", query, batch_id)
             raise WaylineError(
                 f"{query}: micro-batch {batch_id} failed: {type(exc).__name__}: {str(exc)[:MAX_FAILURE_CHARS]}"
             ) from None
