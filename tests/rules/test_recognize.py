@@ -44,7 +44,21 @@ def test_a_full_rule_becomes_a_pattern_spec() -> None:
         OutputColumn("lowest", "bottom"), OutputColumn("n", "n"),
     )
     assert spec.columns == {("tenantid",), ("data", "symbol"), ("time",), ("data", "price"), ("kind",)}
-    assert spec.lookback == 1
+    # B's PREV reads A's row at the earliest: nothing before the match is kept.
+    assert spec.lookback == 0
+
+
+@pytest.mark.parametrize(("pattern", "define", "lookback"), [
+    ("A B", "A AS A.data.price > PREV(A.data.price)", 1),  # A starts the match
+    ("A B C", "C AS C.data.price > PREV(C.data.price, 3)", 1),  # C is the third row
+    ("A B* C", "C AS C.data.price > PREV(C.data.price)", 0),
+    ("A? B", "B AS B.data.price > PREV(B.data.price)", 1),  # B may start the match
+    ("A B", "B AS B.data.price > PREV(A.data.price)", 1),  # from A's row, not B's
+])
+def test_lookback_counts_only_rows_before_the_match(pattern: str, define: str, lookback: int) -> None:
+    spec = parse_match_recognize(f"""SELECT * FROM events MATCH_RECOGNIZE (PARTITION BY tenantid
+        ORDER BY event_time MEASURES COUNT(*) AS n PATTERN ({pattern}) WITHIN INTERVAL '1' MINUTE DEFINE {define})""")
+    assert spec.lookback == lookback
 
 
 def test_select_star_gives_partition_columns_then_measures() -> None:

@@ -46,12 +46,13 @@ import random
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import orjson
 import pandas as pd
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -68,6 +69,7 @@ from wayline.registry import rule as rule_service
 from wayline.registry.db import Database, make_engine
 from wayline.registry.models import Rule
 from wayline.rules.engine import OUTPUT_SOURCE_PREFIX, ActiveRule, GroupEvaluator, cloudevent
+from wayline.rules.prefilter import Prefilter
 from wayline.rules.rule import DATA, EVENT_COLUMNS, compile_rule, parse_key
 
 log = logging.getLogger(__name__)
@@ -195,10 +197,10 @@ class RulesProcessor(StatefulProcessor):
 
     def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any) -> Iterator[pd.DataFrame]:
         frame = pd.concat(list(rows), ignore_index=True)
-        yield self._evaluate((key[0], int(key[1])), _rows_of(frame), timerValues)
+        yield self._evaluate((key[0], int(key[1])), _rows_of(frame), timerValues, frame)
 
     def handleExpiredTimer(self, key: Any, timerValues: Any, expiredTimerInfo: Any) -> Iterator[pd.DataFrame]:
-        yield self._evaluate((key[0], int(key[1])), [], timerValues)
+        yield self._evaluate((key[0], int(key[1])), [], timerValues, None)
 
     def close(self) -> None:
         pass
@@ -215,13 +217,15 @@ class RulesProcessor(StatefulProcessor):
         watermark, state = pickle.loads(blob[0]) if blob is not None else (None, {})
         return GroupEvaluator(rules, state, spent=self._spent, watermark=watermark)
 
-    def _evaluate(self, group: tuple[str, int], rows: list[tuple[str, dict[str, Any]]], timer_values: Any) -> pd.DataFrame:
+    def _evaluate(self, group: tuple[str, int], rows: list[tuple[str, dict[str, Any]]], timer_values: Any,
+                  frame: pd.DataFrame | None) -> pd.DataFrame:
         meta = self._meta.get()
         token, timer = (meta[0], meta[1]) if meta is not None else (None, None)
         evaluator = self._evaluator(group, token)
         mark = timer_values.getCurrentWatermarkInMs()
         watermark = datetime.fromtimestamp(mark / 1000, timezone.utc) if mark and mark > 0 else None
-        result = evaluator.process(rows, watermark)
+        admitted = _admitted(frame, evaluator.prefilters) if frame is not None else None
+        result = evaluator.process(rows, watermark, admitted)
         snapshot = evaluator.snapshot()
         # Event-time timers fire once the watermark passes them; wake_at is in µs.
         wake = -(-result.wake_at // 1000) if result.wake_at is not None else None
@@ -250,6 +254,20 @@ class RulesProcessor(StatefulProcessor):
                         orjson.dumps({"rows": metrics.rows, "micros": metrics.micros, "state": metrics.state,
                                       "late": metrics.late}).decode(), metrics.emitted))
         return pd.DataFrame(out, columns=[field.name for field in OUTPUT_SCHEMA.fields])
+
+
+def _admitted(frame: pd.DataFrame, prefilters: Iterable[Prefilter]) -> dict[Prefilter, list[int]]:
+    """The rows each prefilter admits, worked out on the whole frame at once."""
+    out = {}
+    for prefilter in prefilters:
+        admits = np.zeros(len(frame), dtype=bool)
+        for conjuncts in prefilter.alternatives:
+            every = np.ones(len(frame), dtype=bool)
+            for column, values in conjuncts:
+                every &= frame[column].isin(values).to_numpy()
+            admits |= every
+        out[prefilter] = np.flatnonzero(admits).tolist()
+    return out
 
 
 def _rows_of(frame: pd.DataFrame) -> list[tuple[str, dict[str, Any]]]:

@@ -58,6 +58,25 @@ class Automaton:
         firsts = [state for state in self.start if self.variable_of[state] == index]
         return any(self._reaches_match(self.follow[state], index) for state in firsts)
 
+    def first_positions(self) -> tuple[int | None, ...]:
+        """For each variable, the earliest position in a match (0: the first row) at which
+        it can map a row; None if it can map none."""
+        first: list[int | None] = [None] * len(self.variables)
+        depth = {state: 0 for state in self.start}
+        frontier = list(self.start)
+        while frontier:
+            following = []
+            for state in frontier:
+                variable = self.variable_of[state]
+                if first[variable] is None:
+                    first[variable] = depth[state]
+                for successor in self.follow[state]:
+                    if successor != MATCH and successor not in depth:
+                        depth[successor] = depth[state] + 1
+                        following.append(successor)
+            frontier = following
+        return tuple(first)
+
     def _reaches_match(self, frontier: Sequence[int], banned: int) -> bool:
         seen: set[int] = set()
         stack = list(frontier)

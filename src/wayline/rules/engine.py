@@ -21,6 +21,15 @@ Python worker): its matchers and windows stay built, a partition key is visited 
 it has new rows or when the watermark reaches the time it waits for (``wake``), and
 ``snapshot()`` re-encodes only the keys that changed. Building each key's matcher from the
 stored state on every micro-batch was most of the Python time (docs/benchmarks.md).
+
+A rule sees only the rows its ``prefilter`` admits (``wayline.rules.prefilter``; the job
+passes them in, worked out on the whole batch at once). A window rule ignores the others.
+A pattern cannot quite: a row no variable accepts still ends a search running through its
+time, so a key's rows all go to the matcher when the key has a search or rows waiting, or
+when one of its new rows is admitted. Only a key with nothing but rows no variable
+accepts skips the matcher: the rows still ahead of the watermark are kept as the
+matcher's waiting rows, without building it (a *barrier*), and dropped as the watermark
+passes them; the rest are forgotten at once (when no PREV reaches before a match).
 """
 
 from __future__ import annotations
@@ -39,6 +48,7 @@ import orjson
 from wayline.core.errors import WaylineError
 from wayline.rules.expression import ColumnPath, Row
 from wayline.rules.matcher import PartitionMatcher
+from wayline.rules.prefilter import Prefilter
 from wayline.rules.rule import CompiledRule, RuleKind, key_name
 from wayline.rules.window import WindowState, micros_of, time_of
 
@@ -127,6 +137,8 @@ class _RuleKeys:
         self.wake: dict[str, int] = {}
         self.queue: list[tuple[int, str]] = []
         self.unvisited = list(self.frozen)
+        # Keys whose frozen state holds only barrier rows (see the module's docstring).
+        self.barriers: set[str] = set()
 
     def set_wake(self, key: str, wake: int | None) -> None:
         if wake is None:
@@ -151,6 +163,7 @@ class _RuleKeys:
         self.dirty.discard(key)
         self.sizes.pop(key, None)
         self.wake.pop(key, None)
+        self.barriers.discard(key)
 
 
 class GroupEvaluator:
@@ -184,15 +197,23 @@ class GroupEvaluator:
         self._spent = spent
         self._keys = {rule.state_key: self._keys.get(rule.state_key) or _RuleKeys({}) for rule in self._rules}
 
-    def process(self, rows: Iterable[tuple[str, Row]], watermark: datetime | None) -> GroupResult:
-        """Feed ``(partition key, row)`` pairs and the watermark; rows carry ``event_time``."""
-        by_key: dict[str, list[Row]] = defaultdict(list)
-        for key, row in rows:
-            by_key[key].append(row)
+    @property
+    def prefilters(self) -> set[Prefilter]:
+        """The rules' prefilters, for a caller that works out the rows they admit itself."""
+        return {rule.compiled.prefilter for rule in self._rules if rule.compiled.prefilter is not None}
+
+    def process(self, rows: Sequence[tuple[str, Row]], watermark: datetime | None,
+                admitted: Mapping[Prefilter, Sequence[int]] | None = None) -> GroupResult:
+        """Feed ``(partition key, row)`` pairs and the watermark; rows carry ``event_time``.
+
+        ``admitted`` gives, for a prefilter, the indexes of the rows it admits, in order;
+        a prefilter missing from it is applied here.
+        """
+        batch = _Batch(rows, admitted)
         result = GroupResult()
         previous = self.watermark
         for rule in self._rules:
-            self._run(rule, by_key, previous, watermark, result)
+            self._run(rule, batch, previous, watermark, result)
         if watermark is not None:
             self.watermark = watermark
         return result
@@ -210,7 +231,33 @@ class GroupEvaluator:
 
     # -- one rule -------------------------------------------------------------------------
 
-    def _run(self, rule: ActiveRule, by_key: Mapping[str, list[Row]], previous: datetime | None,
+    @staticmethod
+    def _pattern_rows(rule: ActiveRule, keys: _RuleKeys, batch: _Batch, mark: int | None,
+                      metrics: RuleMetrics) -> dict[str, list[Row]]:
+        """The keys a pattern visits with their rows; keys with barrier rows only keep them
+        as barriers (or drop them) without a visit."""
+        by_key = batch.by_key
+        prefilter = rule.compiled.prefilter
+        if prefilter is None or rule.compiled.pattern.lookback:  # type: ignore[union-attr]
+            # Every row may start a match, or be read by PREV from a later match.
+            return {key: [batch.rows[index][1] for index in indexes] for key, indexes in by_key.items()}
+        rows = batch.rows
+        chosen = {rows[index][0] for index in batch.admitted(prefilter)}
+        chosen.update(by_key.keys() & keys.frozen.keys())
+        chosen.update(by_key.keys() & keys.live.keys())
+        for key in by_key.keys() - chosen:
+            if _hold_barrier(keys, key, [rows[index][1] for index in by_key[key]], mark):
+                metrics.rows += len(by_key[key])
+                if keys.sizes.get(key, 0) > rule.state_budget:
+                    raise BudgetExceeded(
+                        f"state budget exceeded: {keys.sizes[key]} entries for partition key {key} "
+                        f"(budget {rule.state_budget})"
+                    )
+            else:
+                chosen.add(key)
+        return {key: [rows[index][1] for index in by_key[key]] for key in chosen}
+
+    def _run(self, rule: ActiveRule, batch: _Batch, previous: datetime | None,
              watermark: datetime | None, result: GroupResult) -> None:
         started = self._clock()
         budget = rule.time_budget_ms / 1000
@@ -218,20 +265,25 @@ class GroupEvaluator:
         pattern = rule.compiled.kind == RuleKind.PATTERN
         emitted: list[Emitted] = []
         metrics = RuleMetrics()
+        mark = micros_of(watermark) if watermark is not None else None
         try:
             if pattern:
-                visit: dict[str, list[Row]] = dict(by_key)
+                visit = self._pattern_rows(rule, keys, batch, mark, metrics)
             else:
                 # A row that fails WHERE does nothing to a window rule: its key is not visited for it.
                 keep = rule.compiled.window.where  # type: ignore[union-attr]
-                visit = {}
-                for key, rows in by_key.items():
-                    kept = rows if keep is None else [row for row in rows if keep(row) is True]
-                    if kept:
-                        visit[key] = kept
-                    metrics.rows += len(rows) - len(kept)
-            for key in keys.due(micros_of(watermark) if watermark is not None else None):
-                visit.setdefault(key, [])
+                visit = defaultdict(list)
+                for index in batch.admitted(rule.compiled.prefilter):
+                    row = batch.rows[index]
+                    if keep is None or keep(row[1]) is True:
+                        visit[row[0]].append(row[1])
+                    else:
+                        metrics.rows += 1
+            for key in keys.due(mark):
+                if key in keys.barriers and key not in visit:
+                    _pass_barrier(keys, key, mark)
+                else:
+                    visit.setdefault(key, [])
             for key, rows in visit.items():
                 metrics.rows += len(rows)
                 if pattern:
@@ -265,6 +317,57 @@ class GroupEvaluator:
         wake = min(keys.wake.values(), default=None)
         if wake is not None and (result.wake_at is None or wake < result.wake_at):
             result.wake_at = wake
+
+
+class _Batch:
+    """One micro-batch's rows, grouped by key, and the rows each prefilter admits."""
+
+    def __init__(self, rows: Sequence[tuple[str, Row]], admitted: Mapping[Prefilter, Sequence[int]] | None) -> None:
+        self.rows = rows
+        self.by_key: dict[str, list[int]] = defaultdict(list)
+        for index, (key, _) in enumerate(rows):
+            self.by_key[key].append(index)
+        self._admitted: dict[Prefilter, Sequence[int]] = dict(admitted or {})
+
+    def admitted(self, prefilter: Prefilter | None) -> Sequence[int]:
+        if prefilter is None:
+            return range(len(self.rows))
+        found = self._admitted.get(prefilter)
+        if found is None:
+            found = self._admitted[prefilter] = [
+                index for index, (_, row) in enumerate(self.rows) if prefilter.admits(row)]
+        return found
+
+
+def _hold_barrier(keys: _RuleKeys, key: str, rows: list[Row], mark: int | None) -> bool:
+    """Rows no variable accepts, for a key with no state: keep what a fresh matcher would
+    keep of them (the rows the watermark has not passed, waiting in time and arrival
+    order) as its state, without building it. False if a row has no usable time (the
+    matcher judges such rows)."""
+    times = [row.get("event_time") for row in rows]
+    if not all(isinstance(time, datetime) for time in times):
+        return False
+    waiting = sorted((micros, arrival, row) for arrival, (micros, row) in
+                     enumerate(zip(map(micros_of, times), rows)) if mark is None or micros >= mark)
+    if waiting:
+        keys.frozen[key] = PartitionMatcher.waiting_state(waiting, mark, len(rows))
+        keys.barriers.add(key)
+        keys.sizes[key] = len(waiting)
+        keys.set_wake(key, waiting[0][0] + 1)
+    return True
+
+
+def _pass_barrier(keys: _RuleKeys, key: str, mark: int | None) -> None:
+    """The watermark reached a barrier key: the rows it passed would only end searches
+    that do not exist; drop them, and the key once none is left."""
+    state = keys.frozen[key]
+    waiting = [entry for entry in state["pending"] if mark is None or entry[0] >= mark]
+    if not waiting:
+        keys.forget(key)
+        return
+    keys.frozen[key] = PartitionMatcher.waiting_state(waiting, mark, state["arrivals"])
+    keys.sizes[key] = len(waiting)
+    keys.set_wake(key, waiting[0][0] + 1)
 
 
 def cloudevent(emitted: Emitted) -> dict[str, Any]:
@@ -309,11 +412,10 @@ def _pattern_step(rule: ActiveRule, keys: _RuleKeys, key: str, rows: list[Row], 
     matches.extend(matcher.feed(rows, watermark))
     out = []
     for match in matches:
-        first = matcher.row(match.start) or {}
-        last = matcher.row(match.end) or {}
+        first, last = match.first, match.last
         out.append(Emitted(
             rule=rule,
-            id=_event_id(rule, key, str(first.get("event_time", match.start)), str(last.get("event_time", match.end))),
+            id=_event_id(rule, key, str(first.get("event_time")), str(last.get("event_time"))),
             subject=_subject(key),
             time=last.get("event_time"),
             tenantid=last.get("tenantid"),
@@ -321,6 +423,7 @@ def _pattern_step(rule: ActiveRule, keys: _RuleKeys, key: str, rows: list[Row], 
                   for column in spec.select},
         ))
     late = matcher.dropped - dropped
+    keys.barriers.discard(key)
     size = matcher.size.total
     if size == 0:
         # Nothing kept: forget the key, so the state holds only keys with live searches.

@@ -148,7 +148,9 @@ class Conditions:
     folds a row mapped to v into a context (None when no condition keeps anything about v).
     ``cacheable[v]`` says the test's answer depends on the rows only, not on the match so
     far, so one answer per row serves every candidate match. ``lookback`` is how many rows
-    before a match PREV may read; ``columns`` are the column paths the conditions read.
+    back PREV may read; ``row_lookbacks[v]`` how far back from v's own row v's PREVs read
+    (None where one reads back from another variable's row); ``columns`` are the column
+    paths the conditions read.
     """
 
     variables: tuple[str, ...]
@@ -159,6 +161,7 @@ class Conditions:
     initial: Context
     tuple_slots: frozenset[int]
     lookback: int
+    row_lookbacks: tuple[int | None, ...]
     columns: frozenset[ColumnPath]
 
     def thaw(self, context: Sequence[Any]) -> Context:
@@ -179,6 +182,7 @@ def compile_defines(
     defines = [Define(name, "TRUE", True) for name in variables]
     cacheable = [True] * len(variables)
     lookback = 0
+    row_lookbacks: list[int | None] = [0] * len(variables)
     columns: set[ColumnPath] = set()
     for name, node in definitions:
         if name not in index:
@@ -191,6 +195,7 @@ def compile_defines(
                                       not compiler.reads_match and compiler.lookback == 0)
         cacheable[index[name]] = not compiler.reads_match
         lookback = max(lookback, compiler.lookback)
+        row_lookbacks[index[name]] = None if compiler.prev_elsewhere else compiler.lookback
     return Conditions(
         variables=tuple(variables),
         defines=tuple(defines),
@@ -200,6 +205,7 @@ def compile_defines(
         initial=slots.initial(),
         tuple_slots=slots.tuple_slots(),
         lookback=lookback,
+        row_lookbacks=tuple(row_lookbacks),
         columns=frozenset(columns),
     )
 
@@ -344,6 +350,8 @@ class _Compiler:
         self.current = current
         self.slots = slots
         self.lookback = 0
+        # Whether a PREV reads back from another variable's row rather than the current one.
+        self.prev_elsewhere = False
         self.reads_match = False
         # In row mode: the single variable the argument's columns belong to (ANY if none).
         self.row_variable = ANY
@@ -547,6 +555,7 @@ class _Compiler:
             assert self.slots is not None
             slot = self.slots.rows("last", variable, 1)
             self.reads_match = True
+            self.prev_elsewhere = True
 
             def before_last(frame: DefineFrame) -> Any:
                 kept = frame.context[slot]

@@ -52,7 +52,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -89,6 +89,9 @@ class Match:
     start: int
     labels: tuple[str, ...]
     measures: Mapping[str, Any]
+    # The match's first and last rows: the buffer may drop them as soon as the match settles.
+    first: Row = field(default_factory=dict, compare=False, repr=False)
+    last: Row = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def end(self) -> int:
@@ -186,11 +189,6 @@ class PartitionMatcher:
             candidates.append(self._times[self._start - self._base] + self._within)
         return min(candidates) if candidates else None
 
-    def row(self, number: int) -> Row | None:
-        """Row ``number`` of the partition if still kept (rows are trimmed in large steps)."""
-        index = number - self._base
-        return self._rows[index] if 0 <= index < len(self._rows) else None
-
     def snapshot(self) -> dict[str, Any]:
         """The state as plain data; ``PartitionMatcher(spec, state=...)`` resumes from it."""
         search = None
@@ -216,6 +214,17 @@ class PartitionMatcher:
             "search": search,
             "matches": self._number,
             "dropped": self._dropped,
+        }
+
+    @staticmethod
+    def waiting_state(waiting: Iterable[tuple[int, int, Row]], watermark: int | None, arrivals: int) -> dict[str, Any]:
+        """The state of a matcher that has only rows waiting for the watermark: ``(time µs,
+        arrival, row)`` in time and arrival order, after ``arrivals`` rows fed and ``watermark``
+        (µs) seen. Lets a caller that knows no search can start keep rows without a matcher."""
+        return {
+            "format": _STATE_FORMAT, "base": 0, "rows": [], "times": [],
+            "pending": [list(entry) for entry in waiting], "arrivals": arrivals, "watermark": watermark,
+            "latest": None, "next": 0, "search": None, "matches": 0, "dropped": 0,
         }
 
     # -- state ----------------------------------------------------------------------------
@@ -371,6 +380,8 @@ class PartitionMatcher:
                 start=start,
                 labels=tuple(self._variables[label] for label in labels),
                 measures={measure.name: measure.evaluate(view) for measure in self._spec.measures},
+                first=self._rows[start - self._base],
+                last=self._rows[end - self._base],
             ))
             self._next = self._skip(start, end, labels)
         self._start = -1

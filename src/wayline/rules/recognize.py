@@ -108,8 +108,19 @@ class PatternSpec:
 
     @property
     def lookback(self) -> int:
-        """How many rows before a match PREV may read, in DEFINE or MEASURES."""
-        return max([self.conditions.lookback, *(measure.lookback for measure in self.measures)])
+        """How many rows before a match PREV may read, in DEFINE or MEASURES.
+
+        A DEFINE's PREV reads before the match only if its variable can sit closer to the
+        match's first row than PREV's offset: in ``PATTERN (A B+)`` with ``B AS B.price <
+        PREV(B.price)`` it never does, so no row before a match need be kept, and a
+        partition with no live search keeps nothing at all.
+        """
+        first = self.automaton.first_positions()
+        defines = [
+            self.conditions.lookback if back is None else max(0, back - (first[variable] or 0))
+            for variable, back in enumerate(self.conditions.row_lookbacks)
+        ]
+        return max([0, *defines, *(measure.lookback for measure in self.measures)])
 
 
 def parse_match_recognize(sql: str) -> PatternSpec:

@@ -41,6 +41,7 @@ from sqlglot.errors import ParseError, TokenError
 
 from wayline.core.errors import RejectedInput
 from wayline.rules.expression import DIALECT, ColumnPath
+from wayline.rules.prefilter import Prefilter, for_condition, for_pattern
 from wayline.rules.recognize import SOURCE, PatternSpec, parse_match_recognize
 from wayline.rules.window import WindowSpec, compile_window
 
@@ -92,6 +93,8 @@ class CompiledRule:
     filter: FilterSpec | None = None
     window: WindowSpec | None = None
     pattern: PatternSpec | None = None
+    # The rows a stateful rule may use, told apart by string comparisons (None: every row).
+    prefilter: Prefilter | None = None
 
     @property
     def stateful(self) -> bool:
@@ -134,7 +137,9 @@ def compile_rule(sql: str, partition_key: tuple[ColumnPath, ...] | None = None) 
         statement = _parse(sql)
         if statement.args.get("group") or any(isinstance(node, exp.AggFunc) for node in statement.walk()):
             window = compile_window(statement, check_column)
-            rule = CompiledRule(RuleKind.WINDOW, sql, window.keys, window=window)
+            where = statement.args.get("where")
+            rule = CompiledRule(RuleKind.WINDOW, sql, window.keys, window=window,
+                                prefilter=for_condition(where.this if where is not None else None))
         else:
             rule = CompiledRule(RuleKind.FILTER, sql, (), filter=_filter(statement))
     if partition_key is not None:
@@ -186,7 +191,8 @@ def _pattern_rule(sql: str) -> CompiledRule:
         )
     for path in sorted(spec.columns):
         check_column(path, "MATCH_RECOGNIZE")
-    return CompiledRule(RuleKind.PATTERN, sql, spec.partition_by, pattern=spec)
+    prefilter = for_pattern(((define.variable, define.sql) for define in spec.defines), spec.variables)
+    return CompiledRule(RuleKind.PATTERN, sql, spec.partition_by, pattern=spec, prefilter=prefilter)
 
 
 # -- filters ---------------------------------------------------------------------------------
