@@ -335,3 +335,32 @@ def test_per_rule_metrics_are_counted(scenario: Scenario) -> None:
     logins = counters.rules[scenario.rules["logins"]["id"]]
     assert logins.matches == 1 and logins.input >= 12
     assert counters.rules[scenario.rules["divide"]["id"]].quarantined == 1
+
+
+def test_filters_spread_over_several_projections_each_emit_just_their_events(spark: Any) -> None:
+    from pyspark.sql import functions as F
+
+    from wayline.pipelines.rules import FILTERS_PER_PROJECTION, filters_output
+    from wayline.rules.engine import ActiveRule
+    from wayline.rules.rule import compile_rule
+
+    events = [(f"e{n}", f"k{n % 4}", orjson.dumps({"n": n % 9}).decode()) for n in range(60)]
+    frame = spark.createDataFrame(events, "id string, type string, data_json string").select(
+        "id", "type", F.lit(None).cast("string").alias("subject"), F.lit("t").alias("tenantid"),
+        F.parse_json("data_json").alias("data"), F.lit(T0).alias("event_time"))
+    sqls = [f"SELECT id FROM events WHERE type = 'k{i % 4}' AND data.n > {i % 9}"
+            for i in range(2 * FILTERS_PER_PROJECTION + 3)]
+    sqls[FILTERS_PER_PROJECTION + 1] = "SELECT id FROM events"  # no WHERE: every event
+    rules = [ActiveRule(f"r{i}", 1, f"f{i}", compile_rule(sql), "out", "alert", 1, 1000) for i, sql in enumerate(sqls)]
+
+    emitted: dict[str, set[str]] = {}
+    for row in filters_output(frame, rules).collect():
+        emitted.setdefault(row.rule, set()).add(orjson.loads(row.value)["data"]["id"])
+
+    def expected(i: int) -> set[str]:
+        if i == FILTERS_PER_PROJECTION + 1:
+            return {event_id for event_id, _, _ in events}
+        return {event_id for event_id, kind, data in events
+                if kind == f"k{i % 4}" and orjson.loads(data)["n"] > i % 9}
+    assert {rule.state_key: emitted.get(rule.state_key, set()) for rule in rules} == {
+        rule.state_key: expected(i) for i, rule in enumerate(rules)}

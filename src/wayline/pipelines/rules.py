@@ -49,6 +49,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from functools import reduce
 from pathlib import Path
 from typing import Any
 
@@ -393,14 +394,33 @@ def _record(rule: ActiveRule) -> Column:
     return F.when(F.expr(spec.where), record) if spec.where else record
 
 
-def filters_output(events: DataFrame, rules: Sequence[ActiveRule]) -> DataFrame:
-    """Every filter's output as Kafka records (topic, rule, key, value), in one pass in the JVM.
+# Filters per projection. The code Spark generates for one projection of every filter's
+# record outgrew the JVM's 64 KB method limit (70 filters, bench/rules.py): Spark then gave
+# up whole-stage code generation for the plan, after trying to compile it again in every
+# micro-batch, and ran it interpreted. A dozen filters stay well under the limit.
+FILTERS_PER_PROJECTION = 12
 
-    One projection for all filters, not a union of one plan per filter: a union of 70
+
+def filters_output(events: DataFrame, rules: Sequence[ActiveRule]) -> DataFrame:
+    """Every filter's output as Kafka records (topic, rule, key, value), in the JVM.
+
+    One projection per dozen filters, unioned: not one plan per filter, since a union of 70
     plans overflowed the analyzer's stack (bench/rules.py, 100 rules).
     """
-    records = F.filter(F.array(*map(_record, rules)), lambda record: record.isNotNull())
-    return events.select(F.explode(records).alias("r")).select("r.topic", "r.rule", "r.key", "r.value")
+    outputs = []
+    for start in range(0, len(rules), FILTERS_PER_PROJECTION):
+        chunk = rules[start:start + FILTERS_PER_PROJECTION]
+        passing = events
+        wheres = [rule.compiled.filter.where for rule in chunk]  # type: ignore[union-attr]
+        if all(wheres):
+            # Most events pass no filter: drop them before the array of every filter's
+            # record is built and exploded, which cost far more than the conditions.
+            passing = events.where(reduce(Column.__or__, (F.expr(where) for where in wheres)))
+        # NULLs are dropped after the explode, not by ``filter(array, x -> x IS NOT NULL)``,
+        # whose lambda Spark does not compile.
+        records = passing.select(F.explode(F.array(*map(_record, chunk))).alias("r")).where(F.col("r").isNotNull())
+        outputs.append(records.select("r.topic", "r.rule", "r.key", "r.value"))
+    return reduce(DataFrame.unionByName, outputs)
 
 
 # -- the job ----------------------------------------------------------------------------------
