@@ -19,7 +19,9 @@ two exchanges identical: see ``rules_stream``.
 A Python worker keeps each group's ``GroupEvaluator`` (its live matchers and windows)
 between micro-batches. The stored state carries a random token, rewritten with the state:
 a worker whose cached evaluator has the stored token uses it; any other worker, or the same
-one after a failed or replayed micro-batch, rebuilds it from the stored blob.
+one after a failed or replayed micro-batch, rebuilds it from the stored blob. It works out
+the rows each rule's prefilter admits on the group's whole frame (``wayline.rules.prefilter``),
+so a rule's Python code only meets rows it may use.
 
 Rules change between micro-batches without a restart:
 - stateless (filter) rules are Spark SQL that ``foreachBatch`` applies to the batch's
@@ -77,6 +79,7 @@ log = logging.getLogger(__name__)
 
 PASS = ""  # the key_spec of the events passed to the stateless rules
 EVENT, EMIT, FAILURE, METRICS = "event", "emit", "failure", "metrics"
+COUNT = "count"  # the micro-batch's number of events, computed in the driver's first job
 OUTPUT_SCHEMA = StructType([
     StructField("out_kind", StringType()),
     StructField("out_rule", StringType()),
@@ -541,8 +544,14 @@ class RulesJob:
         batch = batch.persist()
         try:
             events = batch.where(F.col("out_kind") == F.lit(EVENT)).select(*EVENT_COLUMNS)
+            # The events' count rides on the same job as the processor's reports: one Spark
+            # job fewer per micro-batch.
+            counted = batch.where(F.col("out_kind") == F.lit(EVENT)).agg(
+                F.lit(COUNT).alias("out_kind"), F.lit(None).cast("string").alias("out_rule"),
+                F.lit(None).cast("string").alias("out_value"), F.count(F.lit(1)).alias("out_count"))
             small = batch.where(F.col("out_kind").isin(FAILURE, METRICS)).select(
-                "out_kind", "out_rule", "out_value", "out_count").collect()
+                "out_kind", "out_rule", "out_value", "out_count").unionByName(counted).collect()
+            count = next(row.out_count for row in small if row.out_kind == COUNT)
             failed = {row.out_rule: row.out_value for row in small if row.out_kind == FAILURE}
             emitted = batch.where(F.col("out_kind") == F.lit(EMIT))
             if failed:
@@ -554,7 +563,6 @@ class RulesJob:
             filters = rules.filters
             if filters:
                 outputs.append(filters_output(events, filters))
-            count = events.count()
             per_rule = self._write(outputs, events, filters, failed)
             self._account(count, per_rule, small, failed, by_key)
         finally:
