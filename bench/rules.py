@@ -13,7 +13,12 @@ parse, route, write nothing) runs in the same session. Reports medians of ``--ru
 state after the hour (RocksDB rows and bytes of the stateful operator), and whether the
 plan reads Kafka once (the shuffle reused by both branches).
 
-Run: .venv/bin/python bench/rules.py [--events 100000] [--runs 3]
+Also prints each configuration's rate without the first micro-batch of each run (a fresh
+query's first batch also pays for starting it). ``--stages`` starts the Spark UI on
+127.0.0.1 and prints the last run's per-micro-batch ``durationMs`` and the executor time
+of each Spark stage, for profiling.
+
+Run: .venv/bin/python bench/rules.py [--events 100000] [--runs 3] [--only NAME] [--stages]
 It starts its own stack under bench/results/rules-state and stops it at the end.
 """
 
@@ -28,6 +33,7 @@ import random
 import shutil
 import statistics
 import time
+import urllib.request
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -141,13 +147,21 @@ def run_once(spark, settings: Settings, database: Database, events: int, checkpo
             raise RuntimeError("the job did not read every event within 30 minutes")
         busy = [p for p in job.query.recentProgress if p["numInputRows"] > 0]
         seconds = sum(p["durationMs"]["triggerExecution"] for p in busy) / 1000
+        # The first micro-batch of a fresh query also pays for starting it (planning and code
+        # generation from cold, the Python workers): the rate without it is the steady state.
+        warm = busy[1:]
+        warm_rate = (sum(p["numInputRows"] for p in warm) / sum(p["durationMs"]["triggerExecution"] for p in warm) * 1000
+                     if warm else None)
         last = job.query.lastProgress
         state = (last.get("stateOperators") or [{}])[0]
         plan = io.StringIO()
         with contextlib.redirect_stdout(plan):
             job.query.explain()
         return {
-            "rate": events / seconds, "seconds": seconds, "batches": len(busy),
+            "rate": events / seconds, "warm_rate": warm_rate, "seconds": seconds, "batches": len(busy),
+            # Where each micro-batch's time went: addBatch is the query's jobs and foreachBatch;
+            # the rest is planning, offsets and the commit log.
+            "batch_ms": [(p["numInputRows"], p["durationMs"]) for p in busy],
             "state_rows": state.get("numRowsTotal", 0), "state_bytes": state.get("memoryUsedBytes", 0),
             "rocksdb_bytes": (state.get("customMetrics") or {}).get("rocksdbTotalSizeOfL0Files", 0)
             + (state.get("customMetrics") or {}).get("rocksdbSstFileSize", 0),
@@ -160,16 +174,51 @@ def run_once(spark, settings: Settings, database: Database, events: int, checkpo
         job.stop()
 
 
+def _stages(spark) -> list[dict]:
+    app = spark.sparkContext.applicationId
+    with urllib.request.urlopen(f"{spark.sparkContext.uiWebUrl}/api/v1/applications/{app}/stages?status=complete") as r:
+        return json.load(r)
+
+
+def stage_ids(spark) -> set[int]:
+    return {stage["stageId"] for stage in _stages(spark)}
+
+
+def print_stages(spark, seen: set[int], runs: int) -> None:
+    """Executor time per stage name (the call site: count, collect, save, start...) over the runs."""
+    totals: dict[str, list[float]] = {}
+    for stage in _stages(spark):
+        if stage["stageId"] in seen:
+            continue
+        name = stage["name"].replace(str(REPO) + "/", "")
+        entry = totals.setdefault(name, [0, 0, 0.0, 0.0])
+        entry[0] += 1
+        entry[1] += stage["numTasks"]
+        entry[2] += stage["executorRunTime"] / 1000 / runs
+        entry[3] += stage["executorCpuTime"] / 1e9 / runs
+    for name, (count, tasks, run_s, cpu_s) in sorted(totals.items(), key=lambda item: -item[1][2]):
+        print(f"    {run_s:8.2f} s run {cpu_s:8.2f} s cpu per run  {count:5} stages {tasks:6} tasks  {name}")
+    for stage in sorted(_stages(spark), key=lambda stage: stage["stageId"]):
+        if stage["stageId"] not in seen and stage["executorRunTime"] > 200:
+            print(f"      stage {stage['stageId']:4}: {stage['executorRunTime'] / 1000:6.2f} s run "
+                  f"{stage['executorCpuTime'] / 1e9:6.2f} s cpu {stage['numTasks']:3} tasks  in {stage['inputRecords']:7} "
+                  f"shuffle r/w {stage['shuffleReadRecords']:7}/{stage['shuffleWriteRecords']:7}  "
+                  f"{stage['name'].split(' at ')[0]}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--events", type=int, default=100_000)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--only", action="append", help="run only these configurations")
+    parser.add_argument("--stages", action="store_true",
+                        help="start the Spark UI on 127.0.0.1 and print each configuration's stage times")
     args = parser.parse_args()
 
     state_dir = RESULTS / "rules-state"
     shutil.rmtree(state_dir, ignore_errors=True)
-    base = Settings(state_dir=state_dir, spark={"jars_dir": REPO / "jars" / "spark"},
+    ui = {"spark.ui.enabled": "true", "spark.ui.port": "0"} if args.stages else {}
+    base = Settings(state_dir=state_dir, spark={"jars_dir": REPO / "jars" / "spark", "extra_conf": ui},
                     stack={"broker_jars_dir": REPO / "jars" / "broker"})
     local.up(base)
     settings = base.model_copy(update={
@@ -193,16 +242,27 @@ def main() -> None:
             if args.only and name not in args.only:
                 continue
             deploy(database, sqls, settings)
+            seen = stage_ids(spark) if args.stages else set()
             # A fresh checkpoint directory per run: a stopped query's thread may still write
             # into its own for a moment, and a reused path then fails the next run's batch 0.
             runs = [run_once(spark, settings, database, args.events, state_dir / f"ckpt-{len(results)}-{run}")
                     for run in range(args.runs)]
             rates = [r["rate"] for r in runs]
-            results[name] = {"median_rate": statistics.median(rates), "rates": rates, "last": runs[-1]}
+            warm_rates = [r["warm_rate"] for r in runs if r["warm_rate"] is not None]
+            results[name] = {"median_rate": statistics.median(rates), "rates": rates,
+                             "median_warm_rate": statistics.median(warm_rates) if warm_rates else None,
+                             "warm_rates": warm_rates, "last": runs[-1]}
             print(f"{name:>22}: median {statistics.median(rates):>9,.0f} events/s  runs "
                   f"{', '.join(f'{r:,.0f}' for r in rates)}  state rows {runs[-1]['state_rows']:,} "
                   f"bytes {runs[-1]['state_bytes']:,}  kafka scans {runs[-1]['kafka_scans']} "
                   f"reused exchanges {runs[-1]['reused_exchanges']}  matches {runs[-1]['matches']:,}", flush=True)
+            print(f"{'':>22}  without each run's first micro-batch: median "
+                  f"{results[name]['median_warm_rate'] or 0:,.0f} events/s  runs {', '.join(f'{r:,.0f}' for r in warm_rates)}",
+                  flush=True)
+            if args.stages:
+                for rows, ms in runs[-1]["batch_ms"]:
+                    print(f"{'':>24}{rows:7} rows: {ms}", flush=True)
+                print_stages(spark, seen, args.runs)
         RESULTS.mkdir(exist_ok=True)
         (RESULTS / "rules.json").write_text(json.dumps({
             "date": datetime.now(timezone.utc).isoformat(), "machine": platform.platform(),

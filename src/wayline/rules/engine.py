@@ -38,7 +38,7 @@ import hashlib
 import heapq
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -248,11 +248,7 @@ class GroupEvaluator:
         for key in by_key.keys() - chosen:
             if _hold_barrier(keys, key, [rows[index][1] for index in by_key[key]], mark):
                 metrics.rows += len(by_key[key])
-                if keys.sizes.get(key, 0) > rule.state_budget:
-                    raise BudgetExceeded(
-                        f"state budget exceeded: {keys.sizes[key]} entries for partition key {key} "
-                        f"(budget {rule.state_budget})"
-                    )
+                _check_state(rule, keys, key)
             else:
                 chosen.add(key)
         return {key: [rows[index][1] for index in by_key[key]] for key in chosen}
@@ -290,12 +286,7 @@ class GroupEvaluator:
                     out, late = _pattern_step(rule, keys, key, rows, previous, watermark)
                 else:
                     out, late = _window_step(rule, keys, key, rows, watermark)
-                size = keys.sizes.get(key, 0)
-                if size > rule.state_budget:
-                    raise BudgetExceeded(
-                        f"state budget exceeded: {size} entries for partition key {key} "
-                        f"(budget {rule.state_budget})"
-                    )
+                _check_state(rule, keys, key)
                 emitted.extend(out)
                 metrics.late += late
                 if self._spent.get(rule.state_key, 0.0) + self._clock() - started > budget:
@@ -317,6 +308,14 @@ class GroupEvaluator:
         wake = min(keys.wake.values(), default=None)
         if wake is not None and (result.wake_at is None or wake < result.wake_at):
             result.wake_at = wake
+
+
+def _check_state(rule: ActiveRule, keys: _RuleKeys, key: str) -> None:
+    size = keys.sizes.get(key, 0)
+    if size > rule.state_budget:
+        raise BudgetExceeded(
+            f"state budget exceeded: {size} entries for partition key {key} (budget {rule.state_budget})"
+        )
 
 
 class _Batch:
