@@ -103,6 +103,14 @@ class DeliverySettings(_Section):
         default_factory=lambda: [0.0, 5.0, 300.0, 1800.0, 7200.0, 18_000.0, 36_000.0, 36_000.0], min_length=1
     )
     retry_jitter: float = Field(default=0.2, ge=0, lt=1)
+    # Each Python worker's breaker per endpoint; open: requests go to the retry store unsent.
+    circuit_consecutive_failures: int = Field(default=5, ge=1, description="this many failures in a row open it")
+    circuit_failure_rate: float = Field(
+        default=0.5, gt=0, le=1, description="so does this failure rate over the last circuit_window outcomes"
+    )
+    circuit_window: int = Field(default=100, ge=1)
+    circuit_min_calls: int = Field(default=20, ge=1, description="outcomes needed before the rate counts")
+    circuit_cool_down_s: float = Field(default=30.0, gt=0, description="open this long, then one probe goes through")
     batch_topic: str = Field(
         default="wayline.delivery.batching",
         description="internal topic: the matching query hands batch-mode leftovers to the batching query",
@@ -123,6 +131,10 @@ class DeliverySettings(_Section):
     metrics_host: str = "127.0.0.1"
     metrics_port: int = Field(
         default=9464, ge=0, le=65_535, description="the driver's Prometheus /metrics; 0: any free port"
+    )
+    retry_metrics_port: int = Field(
+        default=9465, ge=0, le=65_535,
+        description="`wayline run retries`' Prometheus /metrics, beside a delivery job on the same host; 0: any free port",
     )
     retry_poll_s: float = Field(default=1.0, gt=0, description="the retry query looks for due retries this often")
     retry_claim_limit: int = Field(

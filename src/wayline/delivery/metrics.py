@@ -149,14 +149,13 @@ class MetricsServer:
         self.thread.join(timeout=5)
 
 
-def serve_metrics(metrics: DeliveryMetrics, host: str, port: int) -> MetricsServer:
-    """Serve ``metrics`` on ``host:port`` (port 0: any free port)."""
+def serve_metrics(metrics: DeliveryMetrics, host: str, port: int,
+                  port_setting: str = "WAYLINE_DELIVERY__METRICS_PORT") -> MetricsServer:
+    """Serve ``metrics`` on ``host:port`` (port 0: any free port); ``port_setting`` is where the port came from."""
     try:
         server, thread = start_http_server(port, addr=host, registry=metrics.registry())
     except OSError as exc:
-        raise ConfigError(
-            f"cannot serve metrics on {host}:{port} ({exc}); set WAYLINE_DELIVERY__METRICS_PORT to a free port"
-        ) from exc
+        raise ConfigError(f"cannot serve metrics on {host}:{port} ({exc}); set {port_setting} to a free port") from exc
     return MetricsServer(server, thread, host)
 
 

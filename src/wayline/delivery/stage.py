@@ -19,7 +19,7 @@ import asyncio
 import random
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 
 from wayline.core.settings import DeliverySettings
@@ -48,7 +48,19 @@ class StageSettings:
             policy=RetryPolicy(
                 schedule=tuple(timedelta(seconds=s) for s in delivery.retry_schedule_s), jitter=delivery.retry_jitter
             ),
+            circuit=CircuitSettings(
+                consecutive_failures=delivery.circuit_consecutive_failures, failure_rate=delivery.circuit_failure_rate,
+                window=delivery.circuit_window, min_calls=delivery.circuit_min_calls,
+                cool_down_s=delivery.circuit_cool_down_s,
+            ),
         )
+
+    def policy_for(self, target: Target | None) -> RetryPolicy:
+        """The deployment's policy with the endpoint's own schedule and retried statuses, if it has them."""
+        if target is None or (target.retry_schedule is None and not target.retry_statuses):
+            return self.policy
+        return replace(self.policy, schedule=target.retry_schedule or self.policy.schedule,
+                       retry_statuses=target.retry_statuses)
 
 
 def _utc_now() -> datetime:
@@ -103,8 +115,9 @@ def attempt_all(
     results = asyncio.run(_attempt(todo, targets, transport, settings, clock()))
     finished = clock()
     chance = rng or random.Random()
+    policies = {endpoint_id: settings.policy_for(targets.get(endpoint_id)) for endpoint_id in {p.endpoint_id for p in todo}}
     return [
-        settle(pending, result, finished, chance, settings.policy)
+        settle(pending, result, finished, chance, policies[pending.endpoint_id])
         for pending, result in zip(todo, results, strict=True)
     ]
 
