@@ -31,7 +31,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 import orjson
@@ -40,10 +40,16 @@ from wayline.core.errors import WaylineError
 from wayline.rules.expression import ColumnPath, Row
 from wayline.rules.matcher import PartitionMatcher
 from wayline.rules.rule import CompiledRule, RuleKind, key_name
-from wayline.rules.window import WindowState, micros_of, time_of
+from wayline.rules.session import SessionWindowState
+from wayline.rules.sliding import SlidingWindowState
+from wayline.rules.window import KeyWindows, WindowKind, WindowSpec, WindowState, micros_of, time_of
 
 OUTPUT_SOURCE_PREFIX = "wayline.rules/"
-_MICRO = timedelta(microseconds=1)
+_WINDOWS: dict[WindowKind, Callable[[WindowSpec, Mapping[str, Any] | None], KeyWindows]] = {
+    WindowKind.FIXED: WindowState,
+    WindowKind.SLIDING: SlidingWindowState,
+    WindowKind.SESSION: SessionWindowState,
+}
 
 
 @dataclass(frozen=True)
@@ -340,26 +346,26 @@ def _window_step(rule: ActiveRule, keys: _RuleKeys, key: str, rows: list[Row], w
     assert spec is not None
     windows = keys.live.get(key)
     if windows is None:
-        windows = WindowState(spec, keys.frozen.get(key))
+        windows = _WINDOWS[spec.kind](spec, keys.frozen.get(key))
     late = windows.late
     mark = micros_of(watermark) if watermark is not None else None
     windows.add(rows, mark)
     out = []
     if mark is not None:
         group_key = _nest(rule.compiled.partition_key, _values(key))
-        for start, end, data in windows.close(mark, group_key):
+        for closed in windows.close(mark, group_key):
             out.append(Emitted(
-                rule=rule, id=_event_id(rule, key, str(start)), subject=_subject(key),
-                time=time_of(end), tenantid=windows.tenant, data=data,
+                rule=rule, id=_event_id(rule, key, closed.ident), subject=_subject(key),
+                time=time_of(closed.end), tenantid=closed.tenantid, data=closed.data,
             ))
     late = windows.late - late
-    if not windows.open:
+    if not windows.size:
         keys.forget(key)
     else:
         keys.live[key] = windows
         keys.dirty.add(key)
         keys.sizes[key] = windows.size
-        keys.set_wake(key, min(windows.open) + spec.size // _MICRO)
+        keys.set_wake(key, windows.wake_at)
     return out, late
 
 
