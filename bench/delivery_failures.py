@@ -4,8 +4,11 @@ Two registries of ``--endpoints`` endpoints each, one event type each, every end
 subscribed (streaming mode) to its own tenant, so each event goes to exactly one
 endpoint. In the *healthy* scenario every endpoint answers 204; in the *faulty* one 5%
 answer 500 and 5% hang (never answer). Both scenarios run in the same session, on the
-same stack, with the delivery job *and* the retry query running (the retry query works
-off the failures meanwhile, on the same two cores). Per scenario, fresh topics:
+same stack, with the delivery job *and* the retry query running, as in production: the
+retry query is its own process (`wayline run retries`, its own Spark driver), working off
+the failures meanwhile on the same two cores. (In one Spark session the retry query's
+tasks, waiting on hanging endpoints, would hold the task slots the delivery job needs.)
+Per scenario, fresh topics:
 
 - **backlog**: ``--backlog`` events produced first, then drained; the healthy endpoints'
   delivery rate is their events divided by the time from their first to last arrival;
@@ -28,7 +31,10 @@ import os
 import platform
 import random
 import shutil
+import signal
 import statistics
+import subprocess
+import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -43,7 +49,6 @@ from wayline.core.kafka import ensure_topics
 from wayline.core.settings import Settings
 from wayline.delivery.metrics import DeliveryMetrics
 from wayline.pipelines.delivery import start_delivery
-from wayline.pipelines.retries import start_retries
 from wayline.registry import catalog, customer, subscription
 from wayline.registry.access import ADMIN
 from wayline.registry.db import Database, make_engine, migrate
@@ -166,6 +171,8 @@ def wait_for(receiver: str, phase: str, expected: int, job: Any) -> dict[str, An
         got = phase_stats(receiver, phase)
         patience = STALL_S if seen else FIRST_ARRIVAL_S
         if got["count"] >= expected or time.time() - moved_at > patience or not job.isActive:
+            if not job.isActive:
+                raise RuntimeError(f"the delivery job stopped during phase {phase}: {job.exception()}")
             if not got["count"]:
                 raise RuntimeError(f"nothing of phase {phase} arrived in {patience:g} s")
             return got
@@ -192,9 +199,9 @@ def scenario_run(spark: Any, base: Settings, database: Database, receiver: str, 
     backlog = [rng.randrange(args.endpoints) for _ in range(args.backlog)]
     produce(settings.kafka_bootstrap(), topic, event_type, scenario, scenario + "b", backlog, None)
     root = base.state_dir / "checkpoints" / scenario
-    job = start_delivery(spark, settings, database, endpoint_service(settings), DeliveryMetrics(),
+    metrics = DeliveryMetrics()
+    job = start_delivery(spark, settings, database, endpoint_service(settings), metrics,
                          checkpoint=root / "delivery")
-    retries = start_retries(spark, settings, database, endpoint_service(settings), checkpoint=root / "retries")
     result: dict[str, Any] = {"scenario": scenario, "faulty": faulty, "endpoints": args.endpoints,
                               "healthy_endpoints": shape.count("ok")}
     try:
@@ -212,12 +219,36 @@ def scenario_run(spark: Any, base: Settings, database: Database, receiver: str, 
                    "steady_healthy_repeats": got["repeats"],
                    "steady_p50_s": statistics.median(latencies),
                    "steady_p99_s": latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))]}
-        assert job.exception() is None and retries.exception() is None, (job.exception(), retries.exception())
+        assert job.exception() is None, job.exception()
     finally:
-        retries.stop()
         job.stop()
+    totals = metrics.totals()
+    result |= {"micro_batches": totals.batches,
+               "phase_seconds": {phase: round(s, 1) for phase, s in totals.phase_seconds.most_common()}}
     print(json.dumps(result), flush=True)
     return result
+
+
+def start_retry_process(settings: Settings, deadline: float) -> subprocess.Popen[bytes]:
+    """`wayline run retries` for every scenario, in its own process group (stopped by its pid)."""
+    environment = os.environ | {
+        "WAYLINE_STATE_DIR": str(settings.state_dir),
+        "WAYLINE_DELIVERY__STAGE_DEADLINE_S": str(deadline),
+        "WAYLINE_DELIVERY__OPERATIONS_TOPIC": "bench.operations",
+        "WAYLINE_DELIVERY__RETRY_METRICS_PORT": "0",
+    }
+    log = (settings.state_dir / "retries.log").open("wb")
+    return subprocess.Popen([sys.executable, "-m", "wayline.cli.main", "run", "retries"], env=environment,
+                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def stop_process_group(process: subprocess.Popen[bytes]) -> None:
+    os.killpg(process.pid, signal.SIGINT)
+    try:
+        process.wait(60)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
 
 
 def main() -> None:
@@ -244,6 +275,7 @@ def main() -> None:
     receiver_process = multiprocessing.Process(target=receive, args=(port_out,), daemon=True)
     receiver_process.start()
     receiver = f"http://127.0.0.1:{port_in.recv()}"
+    retries = start_retry_process(settings, args.deadline)
     spark = spark_session(settings)
     results: list[dict[str, Any]] = []
     try:
@@ -254,6 +286,7 @@ def main() -> None:
                 results.append(scenario_run(spark, settings, database, receiver, scenario, faulty, args))
     finally:
         spark.stop()
+        stop_process_group(retries)
         receiver_process.kill()
         engine.dispose()
         local.down(settings)

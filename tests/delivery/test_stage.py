@@ -24,7 +24,7 @@ from wayline.delivery.outcomes import Outcome
 from wayline.delivery.retry import DEFAULT_RETRY_POLICY
 from wayline.delivery.signing import Secret
 from wayline.delivery.stage import StageSettings, run_stage
-from wayline.delivery.store import GONE_REASON, DeliveryLogEntry, PostgresDeliveryStore, RetryEntry
+from wayline.delivery.store import GONE_REASON, AttemptLogEntry, DeliveryLogEntry, PostgresDeliveryStore, RetryEntry
 from wayline.delivery.targets import Target
 from wayline.delivery.transport import EndpointLimits, Failure, FailureKind, Response
 
@@ -92,6 +92,34 @@ def test_a_stage_settles_each_endpoint_on_its_own_retry_policy(database, unique:
     assert started + timedelta(seconds=79) < retried.due_at < datetime.now(UTC) + timedelta(seconds=121), \
         "the endpoint's 100 s, with 20% jitter"
     assert handed[ids["once"]].dead_reason == "exhausted", "a one-attempt schedule has no retry left"
+
+
+@pytest.mark.integration
+def test_a_failing_endpoints_deliveries_go_to_the_retry_path_unsent_and_unattempted(database, unique: str) -> None:
+    recorder = Recorder()
+
+    async def ok(request: web.Request) -> web.Response:
+        await recorder.record(request)
+        return web.Response(status=204)
+
+    store = PostgresDeliveryStore(database.engine)
+    ids = {name: f"ep_{unique}_{name}" for name in ("healthy", "failing")}
+    with Receivers() as receivers:
+        base = receivers.serve({"/ok": ok})
+        targets = {ids[name]: target(ids[name], f"{base}/ok") for name in ids}
+        pendings = [single(unique, f"defer-{name}", ids[name]) for name in ids]
+        before = datetime.now(UTC)
+        tally = run_stage(pendings, targets, store, AiohttpTransport, StageSettings(deadline_s=5),
+                          failing=frozenset({ids["failing"]}))
+    assert [Webhook(SECRET.text).verify(r.body, r.headers)["id"] for r in recorder.requests] == ["defer-healthy"]
+    assert tally.total(Outcome.DELIVERED) == 1 and tally.total(Outcome.RETRIED) == 1
+    deferred = pendings[1].webhook_id
+    with database.transaction() as session:
+        [entry] = session.scalars(select(RetryEntry).where(RetryEntry.webhook_id == deferred))
+        logged_attempts = session.scalars(select(AttemptLogEntry).where(AttemptLogEntry.webhook_id == deferred)).all()
+    assert (entry.attempts, entry.dead_reason) == (0, None), "no attempt was made or counted"
+    assert before <= entry.due_at <= datetime.now(UTC), "due at once"
+    assert entry.last_error.startswith("deferred: ") and logged_attempts == []
 
 
 @pytest.mark.integration

@@ -36,11 +36,11 @@ from wayline.core.kafka import ensure_topics
 from wayline.core.settings import DeliverySettings, Settings
 from wayline.delivery.drain import RetryQueue
 from wayline.delivery.metrics import DeliveryMetrics
-from wayline.delivery.operations import ENDPOINT_DISABLED, MESSAGE_DEAD_LETTERED
 from wayline.delivery.signing import Secret, message_id
 from wayline.delivery.store import AttemptLogEntry, DeadLetterEntry, DeliveryLogEntry, RetryEntry
 from wayline.registry import catalog, customer, subscription
 from wayline.registry.access import ADMIN
+from wayline.registry.catalog import ENDPOINT_DISABLED, MESSAGE_DEAD_LETTERED
 from wayline.registry.endpoint import EndpointIn
 from wayline.registry.models import Endpoint
 

@@ -132,6 +132,11 @@ class DeliverySettings(_Section):
     metrics_port: int = Field(
         default=9464, ge=0, le=65_535, description="the driver's Prometheus /metrics; 0: any free port"
     )
+    defer_failing: bool = Field(
+        default=True,
+        description="the delivery job hands messages for endpoints whose latest retry failed to the retry path "
+                    "unsent, so a hanging endpoint cannot hold its micro-batches until the stage deadline",
+    )
     retry_metrics_port: int = Field(
         default=9465, ge=0, le=65_535,
         description="`wayline run retries`' Prometheus /metrics, beside a delivery job on the same host; 0: any free port",

@@ -38,6 +38,7 @@ from wayline.delivery.attempt import (
     State,
     Succeeded,
     WillRetry,
+    defer,
     settle,
 )
 from wayline.delivery.auth import (
@@ -79,7 +80,7 @@ from wayline.delivery.dead_letter import (
 )
 from wayline.delivery.dispatch import Dispatcher, TokenBucket
 from wayline.delivery.drain import Buried, Claim, EndpointHealth, Failing, RetryQueue, run_retry_stage
-from wayline.delivery.holder import SnapshotHolder, Versioned
+from wayline.delivery.holder import Polled, SnapshotHolder, Versioned
 from wayline.delivery.http_client import AiohttpTransport, HttpSettings
 from wayline.delivery.metrics import DeliveryMetrics, MetricsServer, Overview, serve_metrics
 from wayline.delivery.operations import (
@@ -193,6 +194,7 @@ __all__ = [
     "RetryEntry",
     "RetryPolicy",
     "RetryQueue",
+    "Polled",
     "Secret",
     "SnapshotHolder",
     "Source",
@@ -216,6 +218,7 @@ __all__ = [
     "batch_message_id",
     "classify",
     "dead_lettered_events",
+    "defer",
     "describe",
     "endpoint_disabled_event",
     "failed_attempt",

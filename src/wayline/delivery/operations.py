@@ -97,8 +97,6 @@ class OperationsProducer:
 
 
 __all__ = [
-    "ENDPOINT_DISABLED",
-    "MESSAGE_DEAD_LETTERED",
     "OPERATIONS_ID_PREFIX",
     "SOURCE",
     "OperationalEvent",

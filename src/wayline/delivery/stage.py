@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 
 from wayline.core.settings import DeliverySettings
-from wayline.delivery.attempt import Pending, State, settle
+from wayline.delivery.attempt import Pending, State, defer, settle
 from wayline.delivery.circuit import CircuitSettings, process_breakers
 from wayline.delivery.dispatch import Dispatcher
 from wayline.delivery.outcomes import Tally
@@ -76,8 +76,14 @@ def run_stage(
     *,
     clock: Callable[[], datetime] = _utc_now,
     rng: Random | None = None,
+    failing: Collection[str] = frozenset(),
 ) -> Tally:
-    """Deliver ``pendings`` to their endpoints (``targets`` by id); returns what happened to each."""
+    """Deliver ``pendings`` to their endpoints (``targets`` by id); returns what happened to each.
+
+    Deliveries to the ``failing`` endpoints are handed to the retry path unsent: a hanging
+    endpoint would otherwise hold every stage it is in until the deadline, and with it
+    every healthy endpoint's deliveries of the micro-batch.
+    """
     tally = Tally()
     unique: dict[str, Pending] = {}
     for pending in pendings:
@@ -86,15 +92,19 @@ def run_stage(
         else:
             unique[pending.webhook_id] = pending
     settled = store.settled(unique.keys())
-    todo = []
+    todo: list[Pending] = []
+    deferred: list[State] = []
+    now = clock()
     for pending in unique.values():
         if pending.webhook_id in settled:
             tally.skipped(pending)
+        elif pending.endpoint_id in failing:
+            deferred.append(defer(pending, now))
         else:
             todo.append(pending)
-    if not todo:
+    if not todo and not deferred:
         return tally
-    states = attempt_all(todo, targets, transport, settings, clock=clock, rng=rng)
+    states = (attempt_all(todo, targets, transport, settings, clock=clock, rng=rng) if todo else []) + deferred
     store.record(states)
     for state in states:
         tally.settled(state)
