@@ -10,6 +10,9 @@ the failures meanwhile on the same two cores. (In one Spark session the retry qu
 tasks, waiting on hanging endpoints, would hold the task slots the delivery job needs.)
 Per scenario, fresh topics:
 
+- **warm-up** (``--warmup`` events per endpoint, 0 for none; not timed): every endpoint
+  is reached, then ``--settle`` seconds pass, so the run measures endpoints that have been
+  failing for a while — as in production — not Wayline's first contact with each;
 - **backlog**: ``--backlog`` events produced first, then drained; the healthy endpoints'
   delivery rate is their events divided by the time from their first to last arrival;
 - **steady**: ``--rate`` events/s for ``--seconds`` s, each stamped with its send time;
@@ -196,8 +199,10 @@ def scenario_run(spark: Any, base: Settings, database: Database, receiver: str, 
     topic = f"{prefix}events"
     ensure_topics(settings.kafka_bootstrap(), [topic], settings.kafka.topic_partitions)
     event_type = register(database, settings, receiver, scenario, shape)
+    warmup = list(range(args.endpoints)) * args.warmup
+    rng.shuffle(warmup)
     backlog = [rng.randrange(args.endpoints) for _ in range(args.backlog)]
-    produce(settings.kafka_bootstrap(), topic, event_type, scenario, scenario + "b", backlog, None)
+    produce(settings.kafka_bootstrap(), topic, event_type, scenario, scenario + "w", warmup, None)
     root = base.state_dir / "checkpoints" / scenario
     metrics = DeliveryMetrics()
     job = start_delivery(spark, settings, database, endpoint_service(settings), metrics,
@@ -205,6 +210,10 @@ def scenario_run(spark: Any, base: Settings, database: Database, receiver: str, 
     result: dict[str, Any] = {"scenario": scenario, "faulty": faulty, "endpoints": args.endpoints,
                               "healthy_endpoints": shape.count("ok")}
     try:
+        if warmup:
+            wait_for(receiver, scenario + "w", sum(1 for n in warmup if shape[n] == "ok"), job)
+            time.sleep(args.settle)
+        produce(settings.kafka_bootstrap(), topic, event_type, scenario, scenario + "b", backlog, None)
         expected = sum(1 for n in backlog if shape[n] == "ok")
         got = wait_for(receiver, scenario + "b", expected, job)
         result |= {"backlog_healthy_expected": expected, "backlog_healthy_delivered": got["count"],
@@ -262,6 +271,8 @@ def main() -> None:
     # loaded 2-core machine, or the healthy run itself spills into the retry store.
     parser.add_argument("--per-trigger", type=int, default=1000, help="kafka.max_offsets_per_trigger")
     parser.add_argument("--runs", type=int, default=1)
+    parser.add_argument("--warmup", type=int, default=1, help="untimed events per endpoint before the backlog")
+    parser.add_argument("--settle", type=float, default=20.0, help="seconds after the warm-up before timing")
     args = parser.parse_args()
 
     state = RESULTS / "delivery_failures-state"

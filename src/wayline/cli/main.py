@@ -139,14 +139,16 @@ def _watch_delivery(settings: Settings, receiver: Receiver | None = None,
     query runs beside it in the same Spark session (counted in the same metrics)."""
     from wayline.api.app import endpoint_service
     from wayline.cli.views import delivery_view
-    from wayline.delivery.metrics import DeliveryMetrics, serve_metrics
+    from wayline.core.metrics import serve_metrics
+    from wayline.delivery.metrics import DeliveryMetrics
     from wayline.pipelines.delivery import start_delivery
     from wayline.pipelines.retries import start_retries
     from wayline.registry.db import Database, make_engine
     from wayline.stack.spark import spark_session
 
     metrics = DeliveryMetrics()
-    server = serve_metrics(metrics, settings.delivery.metrics_host, settings.delivery.metrics_port)
+    server = serve_metrics(metrics, settings.delivery.metrics_host, settings.delivery.metrics_port,
+                           "WAYLINE_DELIVERY__METRICS_PORT")
     engine = make_engine(settings)
     try:
         with console.status("starting Spark…"):
@@ -194,7 +196,8 @@ def run_rules() -> None:
 def run_retries() -> None:
     """Drain the retry store: re-attempt due deliveries, dead-letter the exhausted, disable endpoints failing too long."""
     from wayline.api.app import endpoint_service
-    from wayline.delivery.metrics import DeliveryMetrics, serve_metrics
+    from wayline.core.metrics import serve_metrics
+    from wayline.delivery.metrics import DeliveryMetrics
     from wayline.delivery.outcomes import Outcome
     from wayline.pipelines.retries import start_retries
     from wayline.registry.db import Database, make_engine

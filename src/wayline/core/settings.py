@@ -174,6 +174,10 @@ class RulesSettings(_Section):
     default_state_budget: int = Field(default=1_000_000, ge=1, description="state entries a rule may hold")
     default_time_budget_ms: int = Field(default=2_000, ge=1, description="evaluation time a rule may use per micro-batch")
     output_partitions: int = Field(default=2, ge=1, description="partitions of an output topic the job creates")
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int = Field(
+        default=9466, ge=0, le=65_535, description="the rules job's Prometheus /metrics, per rule; 0: any free port"
+    )
 
 
 class StackSettings(_Section):

@@ -22,10 +22,11 @@ call these on groups and Arrow batches):
 - ``operations``   Wayline's own CloudEvents (endpoint disabled, message dead-lettered) onto Kafka
 - ``outcomes``     tallies per endpoint and subscription, and the micro-batch summary
 - ``metrics``      the Prometheus view of the summaries
-- ``holder``       the registry snapshot in use, swapped when the registry version moves
+- ``holder``       the registry snapshot in use, swapped when the registry version moves, and
+                   other values the driver re-reads now and then (the failing endpoints)
 
-Only ``http_client`` imports an HTTP client; ``metrics`` serves ``/metrics`` with
-prometheus-client; ``store``, ``drain``, ``attempt_log`` and ``dead_letter`` talk to
+Only ``http_client`` imports an HTTP client; ``metrics`` renders the totals with
+prometheus-client (``wayline.core.metrics`` serves them); ``store``, ``drain``, ``attempt_log`` and ``dead_letter`` talk to
 PostgreSQL, ``operations`` to Kafka.
 """
 
@@ -82,7 +83,7 @@ from wayline.delivery.dispatch import Dispatcher, TokenBucket
 from wayline.delivery.drain import Buried, Claim, EndpointHealth, Failing, RetryQueue, run_retry_stage
 from wayline.delivery.holder import Polled, SnapshotHolder, Versioned
 from wayline.delivery.http_client import AiohttpTransport, HttpSettings
-from wayline.delivery.metrics import DeliveryMetrics, MetricsServer, Overview, serve_metrics
+from wayline.delivery.metrics import DeliveryMetrics, Overview
 from wayline.delivery.operations import (
     OperationalEvent,
     OperationsProducer,
@@ -174,7 +175,6 @@ __all__ = [
     "Gone",
     "HttpSettings",
     "Kind",
-    "MetricsServer",
     "OAuth2ClientCredentials",
     "OperationalEvent",
     "OperationsProducer",
@@ -234,7 +234,6 @@ __all__ = [
     "run_retry_stage",
     "run_stage",
     "send_test_event",
-    "serve_metrics",
     "settle",
     "shard_for",
     "sign",
