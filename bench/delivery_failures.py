@@ -4,9 +4,15 @@ Two registries of ``--endpoints`` endpoints each, one event type each, every end
 subscribed (streaming mode) to its own tenant, so each event goes to exactly one
 endpoint. In the *healthy* scenario every endpoint answers 204; in the *faulty* one 5%
 answer 500 and 5% hang (never answer). Both scenarios run in the same session, on the
-same stack, with the delivery job *and* the retry query running (the retry query works
-off the failures meanwhile, on the same two cores). Per scenario, fresh topics:
+same stack, with the delivery job *and* the retry query running, as in production: the
+retry query is its own process (`wayline run retries`, its own Spark driver), working off
+the failures meanwhile on the same two cores. (In one Spark session the retry query's
+tasks, waiting on hanging endpoints, would hold the task slots the delivery job needs.)
+Per scenario, fresh topics:
 
+- **warm-up** (``--warmup`` events per endpoint, 0 for none; not timed): every endpoint
+  is reached, then ``--settle`` seconds pass, so the run measures endpoints that have been
+  failing for a while — as in production — not Wayline's first contact with each;
 - **backlog**: ``--backlog`` events produced first, then drained; the healthy endpoints'
   delivery rate is their events divided by the time from their first to last arrival;
 - **steady**: ``--rate`` events/s for ``--seconds`` s, each stamped with its send time;
@@ -28,7 +34,10 @@ import os
 import platform
 import random
 import shutil
+import signal
 import statistics
+import subprocess
+import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -43,7 +52,6 @@ from wayline.core.kafka import ensure_topics
 from wayline.core.settings import Settings
 from wayline.delivery.metrics import DeliveryMetrics
 from wayline.pipelines.delivery import start_delivery
-from wayline.pipelines.retries import start_retries
 from wayline.registry import catalog, customer, subscription
 from wayline.registry.access import ADMIN
 from wayline.registry.db import Database, make_engine, migrate
@@ -166,6 +174,8 @@ def wait_for(receiver: str, phase: str, expected: int, job: Any) -> dict[str, An
         got = phase_stats(receiver, phase)
         patience = STALL_S if seen else FIRST_ARRIVAL_S
         if got["count"] >= expected or time.time() - moved_at > patience or not job.isActive:
+            if not job.isActive:
+                raise RuntimeError(f"the delivery job stopped during phase {phase}: {job.exception()}")
             if not got["count"]:
                 raise RuntimeError(f"nothing of phase {phase} arrived in {patience:g} s")
             return got
@@ -189,15 +199,21 @@ def scenario_run(spark: Any, base: Settings, database: Database, receiver: str, 
     topic = f"{prefix}events"
     ensure_topics(settings.kafka_bootstrap(), [topic], settings.kafka.topic_partitions)
     event_type = register(database, settings, receiver, scenario, shape)
+    warmup = list(range(args.endpoints)) * args.warmup
+    rng.shuffle(warmup)
     backlog = [rng.randrange(args.endpoints) for _ in range(args.backlog)]
-    produce(settings.kafka_bootstrap(), topic, event_type, scenario, scenario + "b", backlog, None)
+    produce(settings.kafka_bootstrap(), topic, event_type, scenario, scenario + "w", warmup, None)
     root = base.state_dir / "checkpoints" / scenario
-    job = start_delivery(spark, settings, database, endpoint_service(settings), DeliveryMetrics(),
+    metrics = DeliveryMetrics()
+    job = start_delivery(spark, settings, database, endpoint_service(settings), metrics,
                          checkpoint=root / "delivery")
-    retries = start_retries(spark, settings, database, endpoint_service(settings), checkpoint=root / "retries")
     result: dict[str, Any] = {"scenario": scenario, "faulty": faulty, "endpoints": args.endpoints,
                               "healthy_endpoints": shape.count("ok")}
     try:
+        if warmup:
+            wait_for(receiver, scenario + "w", sum(1 for n in warmup if shape[n] == "ok"), job)
+            time.sleep(args.settle)
+        produce(settings.kafka_bootstrap(), topic, event_type, scenario, scenario + "b", backlog, None)
         expected = sum(1 for n in backlog if shape[n] == "ok")
         got = wait_for(receiver, scenario + "b", expected, job)
         result |= {"backlog_healthy_expected": expected, "backlog_healthy_delivered": got["count"],
@@ -212,12 +228,36 @@ def scenario_run(spark: Any, base: Settings, database: Database, receiver: str, 
                    "steady_healthy_repeats": got["repeats"],
                    "steady_p50_s": statistics.median(latencies),
                    "steady_p99_s": latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))]}
-        assert job.exception() is None and retries.exception() is None, (job.exception(), retries.exception())
+        assert job.exception() is None, job.exception()
     finally:
-        retries.stop()
         job.stop()
+    totals = metrics.totals()
+    result |= {"micro_batches": totals.batches,
+               "phase_seconds": {phase: round(s, 1) for phase, s in totals.phase_seconds.most_common()}}
     print(json.dumps(result), flush=True)
     return result
+
+
+def start_retry_process(settings: Settings, deadline: float) -> subprocess.Popen[bytes]:
+    """`wayline run retries` for every scenario, in its own process group (stopped by its pid)."""
+    environment = os.environ | {
+        "WAYLINE_STATE_DIR": str(settings.state_dir),
+        "WAYLINE_DELIVERY__STAGE_DEADLINE_S": str(deadline),
+        "WAYLINE_DELIVERY__OPERATIONS_TOPIC": "bench.operations",
+        "WAYLINE_DELIVERY__RETRY_METRICS_PORT": "0",
+    }
+    log = (settings.state_dir / "retries.log").open("wb")
+    return subprocess.Popen([sys.executable, "-m", "wayline.cli.main", "run", "retries"], env=environment,
+                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def stop_process_group(process: subprocess.Popen[bytes]) -> None:
+    os.killpg(process.pid, signal.SIGINT)
+    try:
+        process.wait(60)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
 
 
 def main() -> None:
@@ -231,6 +271,8 @@ def main() -> None:
     # loaded 2-core machine, or the healthy run itself spills into the retry store.
     parser.add_argument("--per-trigger", type=int, default=1000, help="kafka.max_offsets_per_trigger")
     parser.add_argument("--runs", type=int, default=1)
+    parser.add_argument("--warmup", type=int, default=1, help="untimed events per endpoint before the backlog")
+    parser.add_argument("--settle", type=float, default=20.0, help="seconds after the warm-up before timing")
     args = parser.parse_args()
 
     state = RESULTS / "delivery_failures-state"
@@ -244,6 +286,7 @@ def main() -> None:
     receiver_process = multiprocessing.Process(target=receive, args=(port_out,), daemon=True)
     receiver_process.start()
     receiver = f"http://127.0.0.1:{port_in.recv()}"
+    retries = start_retry_process(settings, args.deadline)
     spark = spark_session(settings)
     results: list[dict[str, Any]] = []
     try:
@@ -254,6 +297,7 @@ def main() -> None:
                 results.append(scenario_run(spark, settings, database, receiver, scenario, faulty, args))
     finally:
         spark.stop()
+        stop_process_group(retries)
         receiver_process.kill()
         engine.dispose()
         local.down(settings)

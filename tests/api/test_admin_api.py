@@ -193,6 +193,22 @@ def test_the_allow_list_admits_loopback(admin) -> None:
     assert admin.post("/endpoints", json={"url": "http://localhost:8080/x", "customer_id": customer["id"]}).status_code == 201
 
 
+def test_an_endpoint_keeps_its_own_retry_policy_until_reset(admin) -> None:
+    customer = admin.post("/customers", json={"name": "retry-policy"}).json()
+    made = admin.post("/endpoints", json={"url": RECEIVER, "customer_id": customer["id"],
+                                          "retry_schedule_s": [0, 10, 60], "retry_statuses": [404, 400, 404]}).json()
+    assert (made["retry_schedule_s"], made["retry_statuses"]) == ([0, 10, 60], [400, 404])
+    path = f"/endpoints/{made['id']}"
+    assert admin.patch(path, json={"retry_schedule_s": None}).json()["retry_schedule_s"] is None
+    assert admin.get(path).json()["retry_statuses"] == [400, 404], "a patch changes only what it names"
+    for body, problem in (({"retry_statuses": [410]}, "410 Gone always disables"),
+                          ({"retry_statuses": [503]}, "less than or equal to 499"),
+                          ({"retry_schedule_s": []}, "at least 1 item"),
+                          ({"retry_schedule_s": [0, -5]}, "greater than or equal to 0")):
+        status, code, text = error(admin.patch(path, json=body))
+        assert (status, code) == (422, "invalid") and problem in text, (body, text)
+
+
 def test_credentials_are_stored_encrypted_and_never_returned(admin, database) -> None:
     from sqlalchemy import text
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 import pytest
 
 from wayline.core.errors import ConfigError, RetryLater
-from wayline.delivery.holder import SnapshotHolder
+from wayline.delivery.holder import Polled, SnapshotHolder
 
 
 @dataclass(frozen=True)
@@ -86,3 +86,25 @@ def test_the_first_load_must_succeed() -> None:
 
     with pytest.raises(ConfigError):
         SnapshotHolder(broken, lambda: 1, poll_s=1).current()
+
+
+def test_a_polled_value_is_read_at_most_every_poll_and_kept_while_reads_fail() -> None:
+    clock = Clock()
+    reads: list[frozenset[str]] = [frozenset({"ep_1"}), frozenset({"ep_2"})]
+    failing = {"now": False}
+
+    def read() -> frozenset[str]:
+        if failing["now"]:
+            raise RetryLater("database unreachable")
+        return reads.pop(0)
+
+    polled = Polled(read, frozenset(), poll_s=2.0, clock=lambda: clock.now)
+    assert polled.current() == {"ep_1"}, "the first call reads"
+    clock.now += 1.9
+    assert polled.current() == {"ep_1"} and len(reads) == 1, "no read within the poll interval"
+    failing["now"] = True
+    clock.now += 0.2
+    assert polled.current() == {"ep_1"}, "a failed read keeps the last value"
+    failing["now"] = False
+    clock.now += 2.0
+    assert polled.current() == {"ep_2"}

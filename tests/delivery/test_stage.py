@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import orjson
@@ -17,12 +18,13 @@ from tests.delivery.receivers import Receivers
 from tests.delivery.servers import Handler, Recorder
 from wayline.core.settings import DeliverySettings
 from wayline.delivery.attempt import Pending, settle
+from wayline.delivery.circuit import CircuitSettings
 from wayline.delivery.http_client import AiohttpTransport
 from wayline.delivery.outcomes import Outcome
 from wayline.delivery.retry import DEFAULT_RETRY_POLICY
 from wayline.delivery.signing import Secret
 from wayline.delivery.stage import StageSettings, run_stage
-from wayline.delivery.store import GONE_REASON, DeliveryLogEntry, PostgresDeliveryStore, RetryEntry
+from wayline.delivery.store import GONE_REASON, AttemptLogEntry, DeliveryLogEntry, PostgresDeliveryStore, RetryEntry
 from wayline.delivery.targets import Target
 from wayline.delivery.transport import EndpointLimits, Failure, FailureKind, Response
 
@@ -41,10 +43,83 @@ def single(tag: str, event: str, endpoint_id: str) -> Pending:
                           now=datetime.now(UTC))
 
 
-def test_the_default_settings_give_the_default_retry_policy() -> None:
+def test_the_default_settings_give_the_default_retry_policy_and_breakers() -> None:
     settings = StageSettings.from_settings(DeliverySettings())
     assert settings.policy == DEFAULT_RETRY_POLICY
+    assert settings.circuit == CircuitSettings()
+    tuned = StageSettings.from_settings(DeliverySettings(circuit_consecutive_failures=2, circuit_cool_down_s=1.5))
+    assert (tuned.circuit.consecutive_failures, tuned.circuit.cool_down_s) == (2, 1.5)
     assert settings.deadline_s == DeliverySettings().stage_deadline_s
+
+
+def test_an_endpoints_own_schedule_and_retried_statuses_replace_the_deployments() -> None:
+    settings = StageSettings(deadline_s=1, policy=replace(DEFAULT_RETRY_POLICY, jitter=0.1))
+    plain = target("ep_plain", "http://127.0.0.1:9/")
+    assert settings.policy_for(plain) is settings.policy and settings.policy_for(None) is settings.policy
+    own = replace(plain, retry_schedule=(timedelta(0), timedelta(seconds=7)), retry_statuses=frozenset({404}))
+    policy = settings.policy_for(own)
+    assert (policy.schedule, policy.retry_statuses, policy.jitter) == (own.retry_schedule, {404}, 0.1)
+    statuses_only = settings.policy_for(replace(plain, retry_statuses=frozenset({400})))
+    assert statuses_only.schedule == DEFAULT_RETRY_POLICY.schedule and statuses_only.retry_statuses == {400}
+
+
+@pytest.mark.integration
+def test_a_stage_settles_each_endpoint_on_its_own_retry_policy(database, unique: str) -> None:
+    async def bad_request(request: web.Request) -> web.Response:
+        return web.Response(status=400, text="nope")
+
+    async def unavailable(request: web.Request) -> web.Response:
+        return web.Response(status=503, text="later")
+
+    store = PostgresDeliveryStore(database.engine)
+    ids = {name: f"ep_{unique}_{name}" for name in ("default", "retries400", "once")}
+    with Receivers() as receivers:
+        base = receivers.serve({"/400": bad_request, "/503": unavailable})
+        targets = {
+            ids["default"]: target(ids["default"], f"{base}/400"),
+            ids["retries400"]: replace(target(ids["retries400"], f"{base}/400"), retry_statuses=frozenset({400}),
+                                       retry_schedule=(timedelta(0), timedelta(seconds=100))),
+            ids["once"]: replace(target(ids["once"], f"{base}/503"), retry_schedule=(timedelta(0),)),
+        }
+        started = datetime.now(UTC)
+        run_stage([single(unique, f"own-{name}", ids[name]) for name in ids], targets, store, AiohttpTransport,
+                  StageSettings(deadline_s=5))
+    with database.transaction() as session:
+        handed = {r.endpoint_id: r for r in session.scalars(select(RetryEntry).where(RetryEntry.endpoint_id.in_(ids.values())))}
+    assert handed[ids["default"]].dead_reason == "rejected", "400 is not retried by default"
+    retried = handed[ids["retries400"]]
+    assert retried.dead_reason is None
+    assert started + timedelta(seconds=79) < retried.due_at < datetime.now(UTC) + timedelta(seconds=121), \
+        "the endpoint's 100 s, with 20% jitter"
+    assert handed[ids["once"]].dead_reason == "exhausted", "a one-attempt schedule has no retry left"
+
+
+@pytest.mark.integration
+def test_a_failing_endpoints_deliveries_go_to_the_retry_path_unsent_and_unattempted(database, unique: str) -> None:
+    recorder = Recorder()
+
+    async def ok(request: web.Request) -> web.Response:
+        await recorder.record(request)
+        return web.Response(status=204)
+
+    store = PostgresDeliveryStore(database.engine)
+    ids = {name: f"ep_{unique}_{name}" for name in ("healthy", "failing")}
+    with Receivers() as receivers:
+        base = receivers.serve({"/ok": ok})
+        targets = {ids[name]: target(ids[name], f"{base}/ok") for name in ids}
+        pendings = [single(unique, f"defer-{name}", ids[name]) for name in ids]
+        before = datetime.now(UTC)
+        tally = run_stage(pendings, targets, store, AiohttpTransport, StageSettings(deadline_s=5),
+                          failing=frozenset({ids["failing"]}))
+    assert [Webhook(SECRET.text).verify(r.body, r.headers)["id"] for r in recorder.requests] == ["defer-healthy"]
+    assert tally.total(Outcome.DELIVERED) == 1 and tally.total(Outcome.RETRIED) == 1
+    deferred = pendings[1].webhook_id
+    with database.transaction() as session:
+        [entry] = session.scalars(select(RetryEntry).where(RetryEntry.webhook_id == deferred))
+        logged_attempts = session.scalars(select(AttemptLogEntry).where(AttemptLogEntry.webhook_id == deferred)).all()
+    assert (entry.attempts, entry.dead_reason) == (0, None), "no attempt was made or counted"
+    assert before <= entry.due_at <= datetime.now(UTC), "due at once"
+    assert entry.last_error.startswith("deferred: ") and logged_attempts == []
 
 
 @pytest.mark.integration

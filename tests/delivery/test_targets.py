@@ -1,6 +1,7 @@
 """Endpoints of the registry snapshot as picklable targets, bound to a task's transport."""
 
 import pickle
+from datetime import timedelta
 
 from pydantic import SecretStr
 
@@ -58,3 +59,13 @@ def test_an_unusable_endpoint_becomes_a_target_with_a_problem_not_an_error() -> 
     colon = target_of(endpoint(registry.BasicAuth(kind="basic", username="a:b", password=SecretStr("p"))))
     assert colon.problem is not None and "may not contain ':'" in colon.problem
     assert colon.secrets == () and colon.credentials is None
+
+
+def test_an_endpoints_retry_settings_carry_over_and_default_to_the_deployments() -> None:
+    own = target_of(EndpointTarget(id="ep_2", customer_id="cus_1", url="http://127.0.0.1:9/hook", auth=registry.NoAuth(),
+                                   timeout_ms=1000, max_in_flight=1, rate_limit_per_s=None, secrets=(SECRET.text,),
+                                   retry_schedule_s=(0.0, 1.5), retry_statuses=(400, 404)))
+    assert own.retry_schedule == (timedelta(0), timedelta(seconds=1.5))
+    assert own.retry_statuses == frozenset({400, 404})
+    default = target_of(endpoint())
+    assert (default.retry_schedule, default.retry_statuses) == (None, frozenset())

@@ -43,7 +43,8 @@ from wayline.api.app import endpoint_service
 from wayline.core.envelope import Reason
 from wayline.core.kafka import ensure_topics
 from wayline.core.settings import DeliverySettings, Settings
-from wayline.delivery.metrics import DeliveryMetrics, serve_metrics
+from wayline.core.metrics import serve_metrics
+from wayline.delivery.metrics import DeliveryMetrics
 from wayline.delivery.outcomes import BatchSummary, Outcome
 from wayline.delivery.signing import Secret, batch_message_id, message_id
 from wayline.delivery.store import GONE_REASON, DeliveryLogEntry, RetryEntry
@@ -330,7 +331,7 @@ def scenario(api_settings: Settings, database, spark, tmp_path_factory: pytest.T
 
         # Act 1: the first micro-batch holds every record produced so far.
         metrics = DeliveryMetrics()
-        server = serve_metrics(metrics, "127.0.0.1", 0)
+        server = serve_metrics(metrics, "127.0.0.1", 0, "WAYLINE_DELIVERY__METRICS_PORT")
         job = start_delivery(spark, settings, database, endpoints, metrics, checkpoint=checkpoint)
         try:
             wait_for(lambda: (rows_seen(metrics) == len(acts[1]) and record.batched_arrived(1)) or not job.isActive,

@@ -5,7 +5,8 @@ from the rules' output topics.
 One scenario runs once for the module (a Spark query is the expensive part), in acts:
 
 1. before the query starts: a filter, a window aggregation, a pattern (three failed logins
-   then a success within five minutes), a pattern that divides by zero, and a filter that
+   then a success within five minutes), a sliding window (three failed logins within any
+   minute), a pattern that divides by zero, and a filter that
    fails in the JVM (ANSI division by zero); events for all of them, and a late "clock"
    event that moves the watermark past everything;
 2. while it runs: a new pattern rule (V-shaped price) is deployed through the API and its
@@ -78,6 +79,10 @@ SELECT * FROM events MATCH_RECOGNIZE (
   DEFINE A AS A.type = 'rul.load', C AS C.type = 'never'
 )
 """
+SLIDING = """
+SELECT data.user, id AS third, COUNT(*) AS failures FROM events WHERE type = 'rul.login.failed'
+GROUP BY data.user, sliding_window(event_time, '1 minute') HAVING COUNT(*) >= 3
+"""
 TWIN = """
 SELECT * FROM events MATCH_RECOGNIZE (
   PARTITION BY data.user ORDER BY event_time MEASURES COUNT(*) AS n, LAST(A.id) AS last_id
@@ -142,7 +147,8 @@ def scenario(settings: Settings, spark, database, admin_api: str, admin_key: str
     prefix = f"events.rul{suffix}."
     topic_in = prefix + "in"
     out = {name: f"rules.out.{name}.{suffix}" for name in
-           ("filter", "badfilter", "window", "logins", "divide", "vshape", "looping", "hoarder", "twin")}
+           ("filter", "badfilter", "window", "logins", "sliding", "divide", "vshape", "looping", "hoarder",
+            "twin")}
     job_settings = settings.model_copy(update={
         "kafka": settings.kafka.model_copy(update={"event_topic_prefix": prefix}),
         "rules": settings.rules.model_copy(update={"allowed_lateness_s": 0.0, "shards": 8}),
@@ -175,6 +181,7 @@ def scenario(settings: Settings, spark, database, admin_api: str, admin_key: str
                   "FROM events WHERE type = 'rul.order' GROUP BY tenantid, window(event_time, '1 minute') "
                   "HAVING COUNT(*) >= 2")
     result.rules["logins"] = deploy("logins", LOGINS)
+    result.rules["sliding"] = deploy("sliding", SLIDING)
     result.rules["divide"] = deploy("divide", DIVIDE)
     # Spark runs every filter in one projection; this one makes that projection fail, so the
     # job falls back to one filter at a time and quarantines only this one.
@@ -200,7 +207,7 @@ def scenario(settings: Settings, spark, database, admin_api: str, admin_key: str
     outputs = Outputs(bootstrap, list(out.values()))
     try:
         outputs.wait_for(lambda seen: len(seen[out["logins"]]) >= 1 and len(seen[out["window"]]) >= 1
-                         and len(seen[out["filter"]]) >= 2, 240, job)
+                         and len(seen[out["filter"]]) >= 2 and len(seen[out["sliding"]]) >= 2, 240, job)
         outputs.wait_for(lambda _: _status(api, result.rules["divide"]) == "quarantined"
                          and _status(api, result.rules["badfilter"]) == "quarantined", 60, job)
         outputs.drain(3)
@@ -284,6 +291,15 @@ def test_a_pattern_deployed_before_start_finds_three_failures_then_a_success(sce
     matches = scenario.outputs["logins"]
     assert [(m["subject"], m["data"]["failures"], m["data"]["success_id"]) for m in matches] == [("u1", 3, "u1-ok")]
     assert matches[0]["type"] == "alert.logins"
+
+
+def test_a_sliding_window_fires_on_the_event_that_completes_it(scenario: Scenario) -> None:
+    # u1 and u3 fail three times within a minute (u3's success comes too late for the
+    # pattern, not for this rule); u2 only twice.
+    alerts = sorted(scenario.outputs["sliding"], key=lambda item: item["subject"])
+    assert [(a["subject"], a["data"]["third"], a["data"]["failures"], a["time"]) for a in alerts] == [
+        ("u1", "u1-f2", 3, "2026-03-01T09:00:12Z"), ("u3", "u3-f2", 3, "2026-03-01T09:00:12Z")]
+    assert alerts[0]["type"] == "alert.sliding" and alerts[0]["data"]["user"] == "u1"
 
 
 def test_a_rule_that_divides_by_zero_is_quarantined_with_its_error(scenario: Scenario) -> None:

@@ -11,7 +11,8 @@ import pytest
 
 from wayline.core.kafka import ensure_topics
 from wayline.registry import catalog, customer, subscription
-from wayline.registry.access import ADMIN
+from wayline.core.errors import Forbidden, RejectedInput
+from wayline.registry.access import ADMIN, Caller
 from wayline.registry.endpoint import EndpointIn, EndpointPatch, EndpointService
 from wayline.registry.filter import evaluate, parse_filter
 from wayline.registry.secrets import SecretBox
@@ -127,3 +128,34 @@ def test_version_moves_with_every_change_and_is_cheap_to_read(database, endpoint
     assert after > before
     with database.transaction() as s:
         assert load_snapshot(s, endpoints).version == after
+
+
+def test_operational_events_reach_their_own_customers_subscriptions_only(database, endpoints, unique) -> None:
+    with database.transaction() as s:
+        catalog.upsert_tenants(s, ADMIN, [catalog.TenantIn(id=f"ops-{unique}")])
+        catalog.create_event_type(s, ADMIN, catalog.EventTypeIn(name=f"ops.{unique}"))
+        mine, theirs = (customer.create(s, ADMIN, customer.CustomerIn(name=f"Ops {n}", tenants=[f"ops-{unique}"]))
+                        for n in (1, 2))
+        subscribed = {}
+        for owner in (mine, theirs):
+            key = Caller(key_id=f"key_{owner.id}", customer_id=owner.id)
+            hook = endpoints.create(s, key, EndpointIn(url="http://127.0.0.1:9/ops"))
+            # A customer's own key may take scope 'all' for these types: it means its own events.
+            subscribed[owner.id] = subscription.create(s, key, subscription.SubscriptionIn(
+                endpoint_id=hook.id, event_types=sorted(catalog.OPERATIONAL_EVENT_TYPES))).id
+            with pytest.raises(RejectedInput, match="cannot share a subscription with other event types"):
+                subscription.create(s, key, subscription.SubscriptionIn(
+                    endpoint_id=hook.id, event_types=[catalog.ENDPOINT_DISABLED, f"ops.{unique}"],
+                    tenant_scope="tenants", tenants=[f"ops-{unique}"]))
+            with pytest.raises(RejectedInput, match="use 'all'"):
+                subscription.create(s, key, subscription.SubscriptionIn(
+                    endpoint_id=hook.id, event_types=[catalog.ENDPOINT_DISABLED], tenant_scope="tenants",
+                    tenants=[f"ops-{unique}"]))
+            with pytest.raises(Forbidden, match="needs an admin key"):
+                subscription.create(s, key, subscription.SubscriptionIn(endpoint_id=hook.id, event_types=[f"ops.{unique}"]))
+    with database.transaction() as s:
+        snapshot = load_snapshot(s, endpoints)
+    for event_type in catalog.OPERATIONAL_EVENT_TYPES:
+        assert subscribed[mine.id] in snapshot.match(event_type, mine.id, None)
+        assert subscribed[theirs.id] not in snapshot.match(event_type, mine.id, None)
+        assert subscribed[theirs.id] in snapshot.match(event_type, theirs.id, None)

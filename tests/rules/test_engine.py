@@ -25,6 +25,10 @@ PER_MINUTE = """SELECT tenantid, window.start AS start, window.end AS end, COUNT
   FROM events WHERE data.price > 0 GROUP BY tenantid, window(event_time, '1 minute') HAVING COUNT(*) >= 2"""
 HOPPING = """SELECT tenantid, window.start AS start, COUNT(*) AS n
   FROM events GROUP BY tenantid, window(event_time, '2 minutes', '1 minute')"""
+SLIDING = """SELECT tenantid, COUNT(*) AS n, MAX(data.price) AS high
+  FROM events GROUP BY tenantid, sliding_window(event_time, '1 minute') HAVING COUNT(*) >= 3"""
+SESSION = """SELECT tenantid, window.start AS start, COUNT(*) AS n
+  FROM events GROUP BY tenantid, session_window(event_time, '20 seconds')"""
 DIVIDE = """SELECT * FROM events MATCH_RECOGNIZE (PARTITION BY tenantid ORDER BY event_time
   MEASURES A.id AS a PATTERN (A) WITHIN INTERVAL '1' MINUTE DEFINE A AS A.data.price / 0 > 1)"""
 HOARD = """SELECT * FROM events MATCH_RECOGNIZE (PARTITION BY tenantid ORDER BY event_time
@@ -130,7 +134,8 @@ def test_an_evaluator_kept_between_batches_answers_as_one_rebuilt_from_each_snap
     # order within the lateness, and keys go quiet for several batches (skipped, then
     # caught up to the watermark they missed).
     rng = random.Random(11)
-    rules = [rule(V_SHAPE, "v"), rule(PER_MINUTE, "w"), rule(HOPPING, "h")]
+    rules = [rule(V_SHAPE, "v"), rule(PER_MINUTE, "w"), rule(HOPPING, "h"), rule(SLIDING, "s"),
+             rule(SESSION, "g")]
     batches = []
     for batch in range(12):
         tenants = rng.sample(["t1", "t2", "t3", "t4"], rng.randint(1, 4))

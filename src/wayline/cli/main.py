@@ -139,14 +139,16 @@ def _watch_delivery(settings: Settings, receiver: Receiver | None = None,
     query runs beside it in the same Spark session (counted in the same metrics)."""
     from wayline.api.app import endpoint_service
     from wayline.cli.views import delivery_view
-    from wayline.delivery.metrics import DeliveryMetrics, serve_metrics
+    from wayline.core.metrics import serve_metrics
+    from wayline.delivery.metrics import DeliveryMetrics
     from wayline.pipelines.delivery import start_delivery
     from wayline.pipelines.retries import start_retries
     from wayline.registry.db import Database, make_engine
     from wayline.stack.spark import spark_session
 
     metrics = DeliveryMetrics()
-    server = serve_metrics(metrics, settings.delivery.metrics_host, settings.delivery.metrics_port)
+    server = serve_metrics(metrics, settings.delivery.metrics_host, settings.delivery.metrics_port,
+                           "WAYLINE_DELIVERY__METRICS_PORT")
     engine = make_engine(settings)
     try:
         with console.status("starting Spark…"):
@@ -194,6 +196,7 @@ def run_rules() -> None:
 def run_retries() -> None:
     """Drain the retry store: re-attempt due deliveries, dead-letter the exhausted, disable endpoints failing too long."""
     from wayline.api.app import endpoint_service
+    from wayline.core.metrics import serve_metrics
     from wayline.delivery.metrics import DeliveryMetrics
     from wayline.delivery.outcomes import Outcome
     from wayline.pipelines.retries import start_retries
@@ -202,12 +205,14 @@ def run_retries() -> None:
 
     settings = Settings()
     metrics = DeliveryMetrics()
+    server = serve_metrics(metrics, settings.delivery.metrics_host, settings.delivery.retry_metrics_port,
+                           "WAYLINE_DELIVERY__RETRY_METRICS_PORT")
     engine = make_engine(settings)
     try:
         with console.status("starting Spark…"):
             spark = spark_session(settings)
         query = start_retries(spark, settings, Database(engine), endpoint_service(settings), metrics)
-        console.print(f"draining retries every {settings.delivery.retry_poll_s:g} s; Ctrl-C stops")
+        console.print(f"draining retries every {settings.delivery.retry_poll_s:g} s; metrics at {server.url}; Ctrl-C stops")
 
         def view() -> RenderableType:
             seen = metrics.overview()
@@ -220,6 +225,7 @@ def run_retries() -> None:
         finally:
             spark.stop()
     finally:
+        server.close()
         engine.dispose()
 
 

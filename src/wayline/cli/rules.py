@@ -108,18 +108,24 @@ def _view(job) -> Table:
 
 def watch_rules(settings: Settings) -> None:
     """Run the rules job with a live per-rule view until Ctrl-C."""
+    from wayline.core.metrics import serve_metrics
     from wayline.pipelines.rules import RulesJob
     from wayline.registry.db import Database, make_engine
     from wayline.registry.rule_control import ControlTopic
+    from wayline.rules.metrics import RulesMetrics
     from wayline.stack.spark import spark_session
 
     engine = make_engine(settings)
     control = ControlTopic(settings)
+    server = None
     try:
         with console.status("starting Spark…"):
             spark = spark_session(settings)
         job = RulesJob(spark, settings, Database(engine), settings.checkpoint_root / "rules", control).start()
-        console.print(f"running rules; control topic {settings.rules.control_topic}; Ctrl-C stops")
+        server = serve_metrics(RulesMetrics(job.counters), settings.rules.metrics_host, settings.rules.metrics_port,
+                               "WAYLINE_RULES__METRICS_PORT")
+        console.print(f"running rules; control topic {settings.rules.control_topic}; metrics at {server.url}; "
+                      "Ctrl-C stops")
         try:
             with Live(console=console, refresh_per_second=2) as live:
                 while True:
@@ -133,6 +139,8 @@ def watch_rules(settings: Settings) -> None:
             job.stop()
             spark.stop()
     finally:
+        if server is not None:
+            server.close()
         control.close()
         engine.dispose()
 

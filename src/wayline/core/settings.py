@@ -103,6 +103,14 @@ class DeliverySettings(_Section):
         default_factory=lambda: [0.0, 5.0, 300.0, 1800.0, 7200.0, 18_000.0, 36_000.0, 36_000.0], min_length=1
     )
     retry_jitter: float = Field(default=0.2, ge=0, lt=1)
+    # Each Python worker's breaker per endpoint; open: requests go to the retry store unsent.
+    circuit_consecutive_failures: int = Field(default=5, ge=1, description="this many failures in a row open it")
+    circuit_failure_rate: float = Field(
+        default=0.5, gt=0, le=1, description="so does this failure rate over the last circuit_window outcomes"
+    )
+    circuit_window: int = Field(default=100, ge=1)
+    circuit_min_calls: int = Field(default=20, ge=1, description="outcomes needed before the rate counts")
+    circuit_cool_down_s: float = Field(default=30.0, gt=0, description="open this long, then one probe goes through")
     batch_topic: str = Field(
         default="wayline.delivery.batching",
         description="internal topic: the matching query hands batch-mode leftovers to the batching query",
@@ -123,6 +131,15 @@ class DeliverySettings(_Section):
     metrics_host: str = "127.0.0.1"
     metrics_port: int = Field(
         default=9464, ge=0, le=65_535, description="the driver's Prometheus /metrics; 0: any free port"
+    )
+    defer_failing: bool = Field(
+        default=True,
+        description="the delivery job hands messages for endpoints whose latest retry failed to the retry path "
+                    "unsent, so a hanging endpoint cannot hold its micro-batches until the stage deadline",
+    )
+    retry_metrics_port: int = Field(
+        default=9465, ge=0, le=65_535,
+        description="`wayline run retries`' Prometheus /metrics, beside a delivery job on the same host; 0: any free port",
     )
     retry_poll_s: float = Field(default=1.0, gt=0, description="the retry query looks for due retries this often")
     retry_claim_limit: int = Field(
@@ -157,6 +174,10 @@ class RulesSettings(_Section):
     default_state_budget: int = Field(default=1_000_000, ge=1, description="state entries a rule may hold")
     default_time_budget_ms: int = Field(default=2_000, ge=1, description="evaluation time a rule may use per micro-batch")
     output_partitions: int = Field(default=2, ge=1, description="partitions of an output topic the job creates")
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int = Field(
+        default=9466, ge=0, le=65_535, description="the rules job's Prometheus /metrics, per rule; 0: any free port"
+    )
 
 
 class StackSettings(_Section):

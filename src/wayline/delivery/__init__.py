@@ -22,10 +22,11 @@ call these on groups and Arrow batches):
 - ``operations``   Wayline's own CloudEvents (endpoint disabled, message dead-lettered) onto Kafka
 - ``outcomes``     tallies per endpoint and subscription, and the micro-batch summary
 - ``metrics``      the Prometheus view of the summaries
-- ``holder``       the registry snapshot in use, swapped when the registry version moves
+- ``holder``       the registry snapshot in use, swapped when the registry version moves, and
+                   other values the driver re-reads now and then (the failing endpoints)
 
-Only ``http_client`` imports an HTTP client; ``metrics`` serves ``/metrics`` with
-prometheus-client; ``store``, ``drain``, ``attempt_log`` and ``dead_letter`` talk to
+Only ``http_client`` imports an HTTP client; ``metrics`` renders the totals with
+prometheus-client (``wayline.core.metrics`` serves them); ``store``, ``drain``, ``attempt_log`` and ``dead_letter`` talk to
 PostgreSQL, ``operations`` to Kafka.
 """
 
@@ -38,6 +39,7 @@ from wayline.delivery.attempt import (
     State,
     Succeeded,
     WillRetry,
+    defer,
     settle,
 )
 from wayline.delivery.auth import (
@@ -79,9 +81,9 @@ from wayline.delivery.dead_letter import (
 )
 from wayline.delivery.dispatch import Dispatcher, TokenBucket
 from wayline.delivery.drain import Buried, Claim, EndpointHealth, Failing, RetryQueue, run_retry_stage
-from wayline.delivery.holder import SnapshotHolder, Versioned
+from wayline.delivery.holder import Polled, SnapshotHolder, Versioned
 from wayline.delivery.http_client import AiohttpTransport, HttpSettings
-from wayline.delivery.metrics import DeliveryMetrics, MetricsServer, Overview, serve_metrics
+from wayline.delivery.metrics import DeliveryMetrics, Overview
 from wayline.delivery.operations import (
     OperationalEvent,
     OperationsProducer,
@@ -173,7 +175,6 @@ __all__ = [
     "Gone",
     "HttpSettings",
     "Kind",
-    "MetricsServer",
     "OAuth2ClientCredentials",
     "OperationalEvent",
     "OperationsProducer",
@@ -193,6 +194,7 @@ __all__ = [
     "RetryEntry",
     "RetryPolicy",
     "RetryQueue",
+    "Polled",
     "Secret",
     "SnapshotHolder",
     "Source",
@@ -216,6 +218,7 @@ __all__ = [
     "batch_message_id",
     "classify",
     "dead_lettered_events",
+    "defer",
     "describe",
     "endpoint_disabled_event",
     "failed_attempt",
@@ -231,7 +234,6 @@ __all__ = [
     "run_retry_stage",
     "run_stage",
     "send_test_event",
-    "serve_metrics",
     "settle",
     "shard_for",
     "sign",

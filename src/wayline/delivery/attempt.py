@@ -4,6 +4,7 @@
                      ├─▶ WillRetry        (retry store: the next Pending, with its due time)
                      ├─▶ DeadLettered     (dead-letter store: permanent failure or schedule used up)
                      └─▶ Gone             (410: disable the subscription; the message is dead-lettered)
+    Pending ──defer───▶ WillRetry        (the endpoint is failing: due at once on the retry path, no attempt made)
 
 :class:`Pending` is also the retry store's record. It keeps the exact body, so every
 attempt and every replay sends the same bytes under the same ``webhook-id``; only the
@@ -21,7 +22,7 @@ from wayline.core.envelope import STRUCTURED_CONTENT_TYPE
 from wayline.delivery.batch import BATCH_CONTENT_TYPE, Batch
 from wayline.delivery.retry import DEFAULT_RETRY_POLICY, Random, RetryPolicy, Verdict, classify, next_attempt_at
 from wayline.delivery.signing import Secret, batch_message_id, message_id, signed_headers
-from wayline.delivery.transport import Endpoint, Request, Response, Result
+from wayline.delivery.transport import Endpoint, Failure, FailureKind, Request, Response, Result
 
 
 class Kind(StrEnum):
@@ -129,6 +130,12 @@ class Gone:
 State = Succeeded | WillRetry | DeadLettered | Gone
 
 
+def defer(pending: Pending, now: datetime) -> WillRetry:
+    """Hand ``pending`` to the retry path unsent, due at once, with no attempt counted."""
+    return WillRetry(replace(pending, due_at=now), Failure(
+        FailureKind.DEFERRED, f"endpoint {pending.endpoint_id} is failing; the retry path sends its messages"))
+
+
 def settle(
     attempted: Pending,
     outcome: Result,
@@ -160,5 +167,6 @@ __all__ = [
     "State",
     "Succeeded",
     "WillRetry",
+    "defer",
     "settle",
 ]

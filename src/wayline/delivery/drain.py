@@ -223,6 +223,12 @@ class RetryQueue:
             before_commit(buried)
         return buried
 
+    def failing_now(self) -> frozenset[str]:
+        """Endpoints whose latest retry failed: the delivery job hands their messages to the retry path."""
+        with self._transaction() as session:
+            return frozenset(session.scalars(
+                select(EndpointHealth.endpoint_id).where(EndpointHealth.failing_since.is_not(None))))
+
     def failing_endpoints(self, failing_for: timedelta, now: datetime) -> list[Failing]:
         """Enabled endpoints whose retries have failed for ``failing_for`` — counted from the
         later of the first failure and the endpoint's last change, so re-enabling (or

@@ -73,4 +73,31 @@ class SnapshotHolder(Generic[_S]):
         return self._held
 
 
-__all__ = ["SnapshotHolder", "Versioned"]
+_T = TypeVar("_T")
+
+
+class Polled(Generic[_T]):
+    """A value read again at most every ``poll_s`` seconds; a read that fails keeps the last one."""
+
+    def __init__(self, read: Callable[[], _T], initial: _T, poll_s: float,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._read = read
+        self._value = initial
+        self._poll_s = poll_s
+        self._clock = clock
+        self._read_at: float | None = None
+        self._lock = threading.Lock()
+
+    def current(self) -> _T:
+        with self._lock:
+            now = self._clock()
+            if self._read_at is None or now - self._read_at >= self._poll_s:
+                self._read_at = now
+                try:
+                    self._value = self._read()
+                except WaylineError as exc:
+                    _log.warning("keeping the last value read: %s", exc)
+            return self._value
+
+
+__all__ = ["Polled", "SnapshotHolder", "Versioned"]

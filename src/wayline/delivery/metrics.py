@@ -14,13 +14,10 @@ import threading
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
-from wsgiref.simple_server import WSGIServer
 
-from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from wayline.core.errors import ConfigError
 from wayline.delivery.outcomes import LATENCY_BUCKETS_S, BatchSummary, Outcome
 
 
@@ -60,12 +57,6 @@ class DeliveryMetrics(Collector):
                 quarantined=sum(totals.quarantined.values()), held=totals.held,
                 deliveries=Counter({outcome: totals.deliveries.total(outcome) for outcome in Outcome}),
             )
-
-    def registry(self) -> CollectorRegistry:
-        """A registry of these metrics alone (not the process-global one)."""
-        registry = CollectorRegistry(auto_describe=True)
-        registry.register(self)
-        return registry
 
     def collect(self) -> Iterator[Metric]:
         # Rendered under the lock rather than from a copy: copying every pair's tally costs
@@ -131,33 +122,4 @@ class DeliveryMetrics(Collector):
         ]
 
 
-@dataclass(frozen=True)
-class MetricsServer:
-    """The ``/metrics`` endpoint, served from a daemon thread of the driver."""
-
-    server: WSGIServer
-    thread: threading.Thread
-    host: str
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.host}:{self.server.server_port}/metrics"
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join(timeout=5)
-
-
-def serve_metrics(metrics: DeliveryMetrics, host: str, port: int) -> MetricsServer:
-    """Serve ``metrics`` on ``host:port`` (port 0: any free port)."""
-    try:
-        server, thread = start_http_server(port, addr=host, registry=metrics.registry())
-    except OSError as exc:
-        raise ConfigError(
-            f"cannot serve metrics on {host}:{port} ({exc}); set WAYLINE_DELIVERY__METRICS_PORT to a free port"
-        ) from exc
-    return MetricsServer(server, thread, host)
-
-
-__all__ = ["DeliveryMetrics", "MetricsServer", "Overview", "serve_metrics"]
+__all__ = ["DeliveryMetrics", "Overview"]

@@ -2,7 +2,9 @@
 
 They are CloudEvents 1.0 on ``delivery.operations_topic``, which sits under the event
 topic prefix, so the delivery job matches them like any other event and a customer can
-have them delivered to an operations endpoint. The customer's id is the ``tenantid``.
+have them delivered to an operations endpoint. The customer's id is the ``tenantid``, and
+the registry routes these types by it: a subscription to them receives its own customer's
+events and no one else's (``wayline.registry.snapshot``).
 
 Their ids start with :data:`OPERATIONS_ID_PREFIX`. A dead-lettered operational event does
 not announce itself again: an operations endpoint that is down would otherwise feed an
@@ -20,11 +22,10 @@ from confluent_kafka import KafkaException, Producer
 
 from wayline.core.errors import RetryLater
 from wayline.delivery.drain import Buried, Failing
+from wayline.registry.catalog import ENDPOINT_DISABLED, MESSAGE_DEAD_LETTERED
 
 OPERATIONS_ID_PREFIX = "wlop_"
 SOURCE = "/wayline/delivery"
-ENDPOINT_DISABLED = "wayline.endpoint.disabled"
-MESSAGE_DEAD_LETTERED = "wayline.message.dead_lettered"
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,8 +97,6 @@ class OperationsProducer:
 
 
 __all__ = [
-    "ENDPOINT_DISABLED",
-    "MESSAGE_DEAD_LETTERED",
     "OPERATIONS_ID_PREFIX",
     "SOURCE",
     "OperationalEvent",

@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 
 from wayline.core.settings import DeliverySettings
-from wayline.delivery.attempt import Pending, State, settle
+from wayline.delivery.attempt import Pending, State, defer, settle
 from wayline.delivery.circuit import CircuitSettings, process_breakers
 from wayline.delivery.dispatch import Dispatcher
 from wayline.delivery.outcomes import Tally
@@ -48,7 +48,19 @@ class StageSettings:
             policy=RetryPolicy(
                 schedule=tuple(timedelta(seconds=s) for s in delivery.retry_schedule_s), jitter=delivery.retry_jitter
             ),
+            circuit=CircuitSettings(
+                consecutive_failures=delivery.circuit_consecutive_failures, failure_rate=delivery.circuit_failure_rate,
+                window=delivery.circuit_window, min_calls=delivery.circuit_min_calls,
+                cool_down_s=delivery.circuit_cool_down_s,
+            ),
         )
+
+    def policy_for(self, target: Target | None) -> RetryPolicy:
+        """The deployment's policy with the endpoint's own schedule and retried statuses, if it has them."""
+        if target is None or (target.retry_schedule is None and not target.retry_statuses):
+            return self.policy
+        return replace(self.policy, schedule=target.retry_schedule or self.policy.schedule,
+                       retry_statuses=target.retry_statuses)
 
 
 def _utc_now() -> datetime:
@@ -64,8 +76,14 @@ def run_stage(
     *,
     clock: Callable[[], datetime] = _utc_now,
     rng: Random | None = None,
+    failing: Collection[str] = frozenset(),
 ) -> Tally:
-    """Deliver ``pendings`` to their endpoints (``targets`` by id); returns what happened to each."""
+    """Deliver ``pendings`` to their endpoints (``targets`` by id); returns what happened to each.
+
+    Deliveries to the ``failing`` endpoints are handed to the retry path unsent: a hanging
+    endpoint would otherwise hold every stage it is in until the deadline, and with it
+    every healthy endpoint's deliveries of the micro-batch.
+    """
     tally = Tally()
     unique: dict[str, Pending] = {}
     for pending in pendings:
@@ -74,15 +92,19 @@ def run_stage(
         else:
             unique[pending.webhook_id] = pending
     settled = store.settled(unique.keys())
-    todo = []
+    todo: list[Pending] = []
+    deferred: list[State] = []
+    now = clock()
     for pending in unique.values():
         if pending.webhook_id in settled:
             tally.skipped(pending)
+        elif pending.endpoint_id in failing:
+            deferred.append(defer(pending, now))
         else:
             todo.append(pending)
-    if not todo:
+    if not todo and not deferred:
         return tally
-    states = attempt_all(todo, targets, transport, settings, clock=clock, rng=rng)
+    states = (attempt_all(todo, targets, transport, settings, clock=clock, rng=rng) if todo else []) + deferred
     store.record(states)
     for state in states:
         tally.settled(state)
@@ -103,8 +125,9 @@ def attempt_all(
     results = asyncio.run(_attempt(todo, targets, transport, settings, clock()))
     finished = clock()
     chance = rng or random.Random()
+    policies = {endpoint_id: settings.policy_for(targets.get(endpoint_id)) for endpoint_id in {p.endpoint_id for p in todo}}
     return [
-        settle(pending, result, finished, chance, settings.policy)
+        settle(pending, result, finished, chance, policies[pending.endpoint_id])
         for pending, result in zip(todo, results, strict=True)
     ]
 

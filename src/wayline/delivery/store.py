@@ -33,7 +33,7 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from wayline.core.errors import RetryLater
 from wayline.delivery.attempt import DeadLettered, Gone, Pending, State, Succeeded, WillRetry
-from wayline.delivery.transport import Failure, Response, Result
+from wayline.delivery.transport import Failure, FailureKind, Response, Result
 from wayline.registry.models import Base
 
 GONE_REASON = "gone"
@@ -165,7 +165,9 @@ class PostgresDeliveryStore:
                     connection.execute(insert(DeliveryLogEntry).on_conflict_do_nothing(), logged)
                 if handed_over:
                     connection.execute(insert(RetryEntry).on_conflict_do_nothing(), handed_over)
-                    connection.execute(insert(AttemptLogEntry), [attempt_row(s, now) for s in failed])
+                attempted = [attempt_row(s, now) for s in failed if not _deferred(s)]
+                if attempted:
+                    connection.execute(insert(AttemptLogEntry), attempted)
         except OperationalError as exc:
             raise RetryLater(f"the delivery store is unreachable: {exc.orig}") from exc
 
@@ -181,6 +183,10 @@ def _log_row(state: Succeeded) -> dict[str, Any]:
         "attempt": state.attempt,
         "delivered_at": state.at,
     }
+
+
+def _deferred(state: WillRetry | DeadLettered | Gone) -> bool:
+    return isinstance(state, WillRetry) and isinstance(state.outcome, Failure) and state.outcome.kind is FailureKind.DEFERRED
 
 
 def failed_attempt(state: WillRetry | DeadLettered | Gone) -> tuple[Pending, Result, str | None]:

@@ -11,6 +11,7 @@ path with that reason instead of failing the whole stage.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from wayline.core.errors import RejectedInput
@@ -35,6 +36,9 @@ class Target:
     credentials: Credentials | None = field(default=None, repr=False)
     problem: str | None = None
     """Why nothing can be sent to this endpoint now; ``None`` when it is usable."""
+    retry_schedule: tuple[timedelta, ...] | None = None
+    """This endpoint's retry schedule; ``None``: the deployment's."""
+    retry_statuses: frozenset[int] = frozenset()
 
     def bind(self, transport: Transport) -> Endpoint:
         """The endpoint as one task's dispatcher sends to it, with its auth bound to ``transport``."""
@@ -54,6 +58,10 @@ def target_of(endpoint: EndpointTarget) -> Target:
         timeout_s=endpoint.timeout_ms / 1000,
         limits=EndpointLimits(max_in_flight=endpoint.max_in_flight, rate_per_s=endpoint.rate_limit_per_s),
         secrets=(),
+        retry_schedule=(
+            None if endpoint.retry_schedule_s is None else tuple(timedelta(seconds=s) for s in endpoint.retry_schedule_s)
+        ),
+        retry_statuses=frozenset(endpoint.retry_statuses),
     )
     try:
         secrets = tuple(Secret.parse(text) for text in endpoint.secrets)

@@ -98,6 +98,9 @@ class FailureKind(StrEnum):
     """The delivery stage's deadline came first; the request may or may not have arrived."""
     CIRCUIT_OPEN = "circuit_open"
     """Not sent: the endpoint's circuit breaker is open."""
+    DEFERRED = "deferred"
+    """Not sent by the delivery job: the endpoint is failing, so the retry path sends it, at once.
+    Not an attempt: it is not counted or logged as one."""
     AUTH = "auth"
     """Not sent: the endpoint's credentials (an OAuth2 token) could not be obtained."""
     INVALID_REQUEST = "invalid_request"

@@ -12,7 +12,8 @@ Two streaming queries, started and stopped together (:class:`DeliveryJob`):
 4. batch mode: cuts each subscription shard's pairs into full batches, and hands the
    leftovers to the batching query over the batch topic (:mod:`wayline.pipelines.batching`);
 5. sends the streaming pairs and the full batches in one send step
-   (:mod:`wayline.pipelines.sending`);
+   (:mod:`wayline.pipelines.sending`) — except to endpoints whose latest retry failed
+   (read at most every ``delivery.version_poll_s``): those go to the retry path unsent;
 6. adds the counts the tasks return to the metrics, and disables in the registry every
    subscription whose endpoint answered 410.
 
@@ -26,9 +27,8 @@ batch is signed, limited, deadlined and recorded exactly like a single event.
 
 from __future__ import annotations
 
-import logging
-from collections import Counter
 import functools
+import logging
 import threading
 import time
 from collections import Counter
@@ -49,7 +49,8 @@ from wayline.core.kafka import ensure_topics
 from wayline.core.settings import Settings
 from wayline.delivery.batch import DEFAULT_MAX_COUNT, DEFAULT_MAX_WAIT
 from wayline.delivery.bucket import Source
-from wayline.delivery.holder import SnapshotHolder
+from wayline.delivery.drain import RetryQueue
+from wayline.delivery.holder import Polled, SnapshotHolder
 from wayline.delivery.metrics import DeliveryMetrics
 from wayline.delivery.outcomes import BatchSummary, Tally
 from wayline.delivery.stage import StageSettings
@@ -348,6 +349,13 @@ def start_delivery(
                   BATCH_TOPIC_CONFIG)
     for_tasks = task_settings(settings)
     stage = StageSettings.from_settings(settings.delivery)
+    queue = RetryQueue(database.engine)
+    failing = Polled(queue.failing_now if settings.delivery.defer_failing else frozenset, frozenset(),
+                     settings.delivery.version_poll_s)
+
+    def sender(live: LiveSnapshot) -> PartitionSender:
+        return PartitionSender(live.targets, for_tasks, stage, failing.current())
+
     root = checkpoint or settings.checkpoint_root / "delivery"
     # The matching query's id names the run its bundles come from; it is known once start() returns.
     matching_id: list[str] = []
@@ -362,14 +370,13 @@ def start_delivery(
         live = holder.current()
         if live.has_batch:
             job.ensure_batching()
-        sender = PartitionSender(live.targets, for_tasks, stage)
-        record(deliver_micro_batch(batch, Source(matching_id[0], batch_id), live, settings, sender))
+        record(deliver_micro_batch(batch, Source(matching_id[0], batch_id), live, settings, sender(live)))
 
     def send_ready(batch: DataFrame, _batch_id: int) -> None:
         live = holder.current()
         phases: Counter[str] = Counter()
         with timed(phases, "send_ready_batches"):
-            tally = send(batch, PartitionSender(live.targets, for_tasks, stage), settings.delivery.send_partitions)
+            tally = send(batch, sender(live), settings.delivery.send_partitions)
         record(BatchSummary(deliveries=tally, registry_version=live.version, phase_seconds=phases))
 
     writer = (

@@ -55,10 +55,12 @@ class PartitionSender:
     before it ends.
     """
 
-    def __init__(self, targets: Broadcast[dict[str, Target]], settings: Settings, stage: StageSettings) -> None:
+    def __init__(self, targets: Broadcast[dict[str, Target]], settings: Settings, stage: StageSettings,
+                 failing: frozenset[str] = frozenset()) -> None:
         self._targets = targets
         self._settings = settings
         self._stage = stage
+        self._failing = failing
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         now = datetime.now(timezone.utc)
@@ -75,6 +77,7 @@ class PartitionSender:
         try:
             tally = run_stage(
                 pendings, self._targets.value, PostgresDeliveryStore(engine), AiohttpTransport, self._stage,
+                failing=self._failing,
             )
         finally:
             engine.dispose()

@@ -16,6 +16,13 @@ from wayline.registry.models import EventType, Tenant
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,199}$"
 
+# Wayline's own event types (``wayline.delivery.operations``), put in the catalog by
+# migration 0005. Each one concerns a single customer's endpoints, so a subscription
+# to them gets its own customer's events only, whatever tenant the events carry.
+ENDPOINT_DISABLED = "wayline.endpoint.disabled"
+MESSAGE_DEAD_LETTERED = "wayline.message.dead_lettered"
+OPERATIONAL_EVENT_TYPES = frozenset({ENDPOINT_DISABLED, MESSAGE_DEAD_LETTERED})
+
 
 class TenantIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -106,6 +113,6 @@ def delete_event_type(session: Session, caller: Caller, name: str) -> None:
 
 
 __all__ = [
-    "EventTypeIn", "EventTypeOut", "TenantIn", "TenantOut", "create_event_type", "delete_event_type",
+    "ENDPOINT_DISABLED", "MESSAGE_DEAD_LETTERED", "OPERATIONAL_EVENT_TYPES", "EventTypeIn", "EventTypeOut", "TenantIn", "TenantOut", "create_event_type", "delete_event_type",
     "delete_tenant", "get_event_type", "get_tenant", "list_event_types", "list_tenants", "upsert_tenants",
 ]

@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Annotated, Any, Literal
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, TypeAdapter, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr, TypeAdapter, field_validator
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
@@ -15,6 +15,7 @@ from wayline.core.errors import NotFound, RejectedInput
 from wayline.registry.access import Caller, Page, owned, page, scoped
 from wayline.registry.ids import new_id
 from wayline.registry.models import Customer, Endpoint, SigningSecret
+from wayline.delivery.retry import GONE
 from wayline.delivery.signing import Secret
 from wayline.registry.secrets import SecretBox
 from wayline.registry.urls import Resolver, check_endpoint_url, resolve
@@ -67,6 +68,25 @@ def _new_secret() -> str:
     return Secret.generate().text
 
 
+def _not_gone(statuses: list[int]) -> list[int]:
+    if GONE in statuses:
+        raise ValueError(f"{GONE} Gone always disables the subscription; it cannot be retried")
+    return sorted(set(statuses))
+
+
+RetrySchedule = Annotated[
+    list[Annotated[float, Field(ge=0, le=86_400)]],
+    Field(min_length=1, max_length=20, description="seconds to wait before each attempt, the first included (usually "
+                                                   "0); its length is the number of attempts. The deployment's "
+                                                   "schedule (delivery.retry_schedule_s) when null"),
+]
+RetryStatuses = Annotated[
+    list[Annotated[int, Field(ge=400, le=499)]],
+    Field(max_length=50, description="4xx statuses to retry besides 408, 409, 425 and 429"),
+    AfterValidator(_not_gone),
+]
+
+
 class EndpointIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     url: str = Field(min_length=1, max_length=2000)
@@ -76,6 +96,8 @@ class EndpointIn(BaseModel):
     timeout_ms: int = Field(default=5000, ge=100, le=30_000)
     max_in_flight: int = Field(default=16, ge=1, le=1000)
     rate_limit_per_s: int | None = Field(default=None, ge=1, le=100_000)
+    retry_schedule_s: RetrySchedule | None = None
+    retry_statuses: RetryStatuses = Field(default_factory=list)
     secret: str | None = Field(default=None, description="a whsec_ secret; generated when absent")
 
     _secret = field_validator("secret")(_validate_secret)
@@ -89,6 +111,8 @@ class EndpointPatch(BaseModel):
     timeout_ms: int | None = Field(default=None, ge=100, le=30_000)
     max_in_flight: int | None = Field(default=None, ge=1, le=1000)
     rate_limit_per_s: int | None = Field(default=None, ge=1, le=100_000)
+    retry_schedule_s: RetrySchedule | None = Field(default=None, description="null: back to the deployment's schedule")
+    retry_statuses: RetryStatuses = Field(default_factory=list)
     enabled: bool | None = None
     disabled_reason: str | None = Field(default=None, max_length=500)
 
@@ -102,6 +126,8 @@ class EndpointOut(BaseModel):
     timeout_ms: int
     max_in_flight: int
     rate_limit_per_s: int | None
+    retry_schedule_s: list[float] | None
+    retry_statuses: list[int]
     enabled: bool
     disabled_reason: str | None
     disabled_at: datetime | None
@@ -156,7 +182,7 @@ class EndpointService:
         return EndpointOut(
             id=row.id, customer_id=row.customer_id, url=row.url, description=row.description, auth=public,
             timeout_ms=row.timeout_ms, max_in_flight=row.max_in_flight, rate_limit_per_s=row.rate_limit_per_s,
-            enabled=row.enabled, disabled_reason=row.disabled_reason, disabled_at=row.disabled_at,
+            retry_schedule_s=row.retry_schedule_s, retry_statuses=row.retry_statuses, enabled=row.enabled, disabled_reason=row.disabled_reason, disabled_at=row.disabled_at,
             created_at=row.created_at, updated_at=row.updated_at,
         )
 
@@ -169,6 +195,7 @@ class EndpointService:
             id=new_id("endpoint"), customer_id=customer_id, url=body.url, description=body.description,
             auth_kind=body.auth.kind, auth_encrypted=self._seal_auth(body.auth), timeout_ms=body.timeout_ms,
             max_in_flight=body.max_in_flight, rate_limit_per_s=body.rate_limit_per_s,
+            retry_schedule_s=body.retry_schedule_s, retry_statuses=body.retry_statuses,
         )
         session.add(row)
         session.flush()

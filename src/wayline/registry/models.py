@@ -6,7 +6,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
-    ARRAY, BigInteger, Boolean, DateTime, ForeignKey, Integer, LargeBinary, String, Text, func,
+    ARRAY, BigInteger, Boolean, DateTime, Float, ForeignKey, Integer, LargeBinary, SmallInteger, String, Text, func,
 )
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -77,6 +77,10 @@ class Endpoint(Base):
     timeout_ms: Mapped[int] = mapped_column(Integer, nullable=False)
     max_in_flight: Mapped[int] = mapped_column(Integer, nullable=False)
     rate_limit_per_s: Mapped[int | None] = mapped_column(Integer)
+    # NULL: the deployment's schedule. Seconds before each attempt, the first included.
+    retry_schedule_s: Mapped[list[float] | None] = mapped_column(ARRAY(Float))
+    # 4xx statuses this endpoint wants retried besides 408/409/425/429.
+    retry_statuses: Mapped[list[int]] = mapped_column(ARRAY(SmallInteger), nullable=False, server_default="{}")
     enabled: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default="true")
     disabled_reason: Mapped[str | None] = mapped_column(Text)
     disabled_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

@@ -23,6 +23,7 @@ import orjson
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from wayline.registry.catalog import OPERATIONAL_EVENT_TYPES
 from wayline.registry.endpoint import EndpointService
 from wayline.registry.filter import Filter, parse_filter
 from wayline.registry.models import Endpoint, RegistryVersion
@@ -40,6 +41,8 @@ class EndpointTarget:
     max_in_flight: int
     rate_limit_per_s: int | None
     secrets: tuple[str, ...]  # every secret that signs now, newest first
+    retry_schedule_s: tuple[float, ...] | None = None  # None: the deployment's
+    retry_statuses: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -106,6 +109,8 @@ def load_snapshot(session: Session, endpoints: EndpointService) -> Snapshot:
             id=row.id, customer_id=row.customer_id, url=row.url, auth=endpoints.auth_of(row),
             timeout_ms=row.timeout_ms, max_in_flight=row.max_in_flight,
             rate_limit_per_s=row.rate_limit_per_s, secrets=tuple(secrets[row.id]),
+            retry_schedule_s=tuple(row.retry_schedule_s) if row.retry_schedule_s is not None else None,
+            retry_statuses=tuple(row.retry_statuses),
         )
         for row in session.scalars(select(Endpoint).where(Endpoint.enabled.is_(True)))
     }
@@ -141,6 +146,10 @@ def load_snapshot(session: Session, endpoints: EndpointService) -> Snapshot:
             pairs = [(tenant, ANY) for tenant in tenants]
         else:
             pairs = [(tenant, subtenant) for tenant, subtenant in subtenants]
+        if OPERATIONAL_EVENT_TYPES.issuperset(event_types):
+            # Operational events carry their customer as the tenant; a subscription to them
+            # is validated to hold nothing else.
+            pairs = [(customer_id, ANY)]
         for event_type in event_types:
             for tenant_key, subtenant_key in pairs:
                 index.setdefault((event_type, tenant_key, subtenant_key), []).append(sub_id)

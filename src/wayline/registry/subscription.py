@@ -5,6 +5,10 @@ tenants (`tenants`), or for (tenant, sub-tenant) pairs (`subtenants`) — plus a
 optional content filter (see `wayline.registry.filter`), and a delivery mode:
 `streaming` (one request per event) or `batch` (one request per `max_count` events or
 per `max_wait_ms`, whichever comes first).
+
+Wayline's operational event types are the exception to tenant scope: they concern one
+customer's endpoints, so a subscription to them has scope `all` — which a customer's own
+key may then use — and receives its own customer's events only.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from sqlalchemy.orm import Session
 
 from wayline.core.errors import Forbidden, NotFound, RejectedInput
 from wayline.registry.access import Caller, Page, owned, page, scoped
+from wayline.registry.catalog import OPERATIONAL_EVENT_TYPES
 from wayline.registry.filter import parse_filter
 from wayline.registry.ids import new_id
 from wayline.registry.models import Customer, Endpoint, EventType, Subscription, Tenant
@@ -94,6 +99,16 @@ def _check_references(session: Session, caller: Caller, row: Subscription) -> No
     unknown = sorted(set(row.event_types) - known_types)
     if unknown:
         raise RejectedInput(f"event_types: unknown event type(s) {', '.join(unknown)}")
+    operational = OPERATIONAL_EVENT_TYPES.intersection(row.event_types)
+    if operational:
+        if len(operational) < len(row.event_types):
+            raise RejectedInput(
+                f"event_types: {', '.join(sorted(operational))} go to their own customer only and cannot share a "
+                "subscription with other event types; subscribe to them separately"
+            )
+        if row.tenant_scope != "all":
+            raise RejectedInput("tenant_scope: operational event types are delivered per customer; use 'all', "
+                                "which means every one of this customer's own")
     named = set(row.tenants) | {tenant for tenant, _ in row.subtenants}
     if named:
         catalog = {t.id: set(t.subtenants) for t in session.scalars(select(Tenant).where(Tenant.id.in_(named)))}
@@ -104,7 +119,7 @@ def _check_references(session: Session, caller: Caller, row: Subscription) -> No
         if bad_pairs:
             raise RejectedInput(f"subtenants: unknown sub-tenant(s) {', '.join(bad_pairs[:10])}")
     if caller.customer_id is not None:
-        if row.tenant_scope == "all":
+        if row.tenant_scope == "all" and not operational:
             raise Forbidden("tenant_scope 'all' needs an admin key; list the tenants instead")
         customer = session.get(Customer, caller.customer_id)
         allowed = set(customer.tenants if customer else ())

@@ -40,7 +40,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 import orjson
@@ -50,10 +50,16 @@ from wayline.rules.expression import ColumnPath, Row
 from wayline.rules.matcher import PartitionMatcher
 from wayline.rules.prefilter import Prefilter
 from wayline.rules.rule import CompiledRule, RuleKind, key_name
-from wayline.rules.window import WindowState, micros_of, time_of
+from wayline.rules.session import SessionWindowState
+from wayline.rules.sliding import SlidingWindowState
+from wayline.rules.window import KeyWindows, WindowKind, WindowSpec, WindowState, micros_of, time_of
 
 OUTPUT_SOURCE_PREFIX = "wayline.rules/"
-_MICRO = timedelta(microseconds=1)
+_WINDOWS: dict[WindowKind, Callable[[WindowSpec, Mapping[str, Any] | None], KeyWindows]] = {
+    WindowKind.FIXED: WindowState,
+    WindowKind.SLIDING: SlidingWindowState,
+    WindowKind.SESSION: SessionWindowState,
+}
 
 
 @dataclass(frozen=True)
@@ -269,7 +275,9 @@ class GroupEvaluator:
                 # A row that fails WHERE does nothing to a window rule: its key is not visited for it.
                 keep = rule.compiled.window.where  # type: ignore[union-attr]
                 visit = defaultdict(list)
-                for index in batch.admitted(rule.compiled.prefilter):
+                admitted = batch.admitted(rule.compiled.prefilter)
+                metrics.rows += len(batch.rows) - len(admitted)  # input counts every row, as for a pattern
+                for index in admitted:
                     row = batch.rows[index]
                     if keep is None or keep(row[1]) is True:
                         visit[row[0]].append(row[1])
@@ -442,28 +450,29 @@ def _window_step(rule: ActiveRule, keys: _RuleKeys, key: str, rows: list[Row], w
     assert spec is not None
     windows = keys.live.get(key)
     if windows is None:
-        windows = WindowState(spec, keys.frozen.get(key))
+        windows = _WINDOWS[spec.kind](spec, keys.frozen.get(key))
     late = windows.late
     mark = micros_of(watermark) if watermark is not None else None
     windows.add(rows, mark)
     out = []
-    size = spec.size // _MICRO
-    # Most visits bring rows and close nothing: only build the group's key for a window that ends.
-    if mark is not None and windows.open and min(windows.open) + size <= mark:
+    # Most visits bring rows and close nothing: a fixed window's group key is built only
+    # once one of its windows ends (the other kinds may change state at any watermark).
+    wake = windows.wake_at if spec.kind == WindowKind.FIXED else mark
+    if mark is not None and wake is not None and wake <= mark:
         group_key = _nest(rule.compiled.partition_key, _values(key))
-        for start, end, data in windows.close(mark, group_key):
+        for closed in windows.close(mark, group_key):
             out.append(Emitted(
-                rule=rule, id=_event_id(rule, key, str(start)), subject=_subject(key),
-                time=time_of(end), tenantid=windows.tenant, data=data,
+                rule=rule, id=_event_id(rule, key, closed.ident), subject=_subject(key),
+                time=time_of(closed.end), tenantid=closed.tenantid, data=closed.data,
             ))
     late = windows.late - late
-    if not windows.open:
+    if not windows.size:
         keys.forget(key)
     else:
         keys.live[key] = windows
         keys.dirty.add(key)
         keys.sizes[key] = windows.size
-        keys.set_wake(key, min(windows.open) + size)
+        keys.set_wake(key, windows.wake_at)
     return out, late
 
 

@@ -7,8 +7,10 @@ any path into the event's JSON ``data`` (``data.amount``, ``data.user.id``). Thr
   Spark SQL expression in the JVM (``FilterSpec`` holds the Spark SQL, rendered from the
   checked tree, never pasted from the rule's text);
 - ``window``: ``SELECT ... FROM events [WHERE ...] GROUP BY <keys>, window(event_time,
-  '<size>'[, '<slide>']) [HAVING ...]`` — tumbling, or hopping when a slide is given;
-  ``window(...)`` must be there, it is the rule's time bound (``wayline.rules.window``);
+  '<size>'[, '<slide>']) [HAVING ...]`` — tumbling, or hopping when a slide is given — or
+  with ``sliding_window(event_time, '<size>')`` (one row per event over its trailing
+  interval) or ``session_window(event_time, '<gap>')`` in its place; the window function
+  must be there, it is the rule's time bound (``wayline.rules.window``);
 - ``pattern``: ``SELECT ... FROM events MATCH_RECOGNIZE (...)`` with a ``WITHIN`` clause,
   its time bound (``wayline.rules.recognize``).
 

@@ -1,24 +1,33 @@
-"""Windowed aggregation rules: ``GROUP BY <keys>, window(event_time, size[, slide]) HAVING ...``.
+"""Windowed aggregation rules: ``GROUP BY <keys>, <window function> [HAVING ...]``.
 
-``window(event_time, '1 minute')`` is a tumbling window; ``window(event_time, '10 minutes',
-'1 minute')`` a hopping (Spark: sliding) one, each event counted in every window that
-holds it. Windows are aligned to the epoch, half-open ``[start, end)``. A window's row is
-emitted once, when the watermark reaches its end (append mode), if HAVING holds; an event
-older than the watermark for all of its windows is dropped as late and counted.
+Three window functions, one per rule (``WindowKind``):
+
+- ``window(event_time, '1 minute')`` is a tumbling window; ``window(event_time, '10 minutes',
+  '1 minute')`` a hopping (Spark: sliding) one, each event counted in every window that
+  holds it. Windows are aligned to the epoch, half-open ``[start, end)``. A window's row is
+  emitted once, when the watermark reaches its end (append mode), if HAVING holds; an event
+  older than the watermark for all of its windows is dropped as late and counted. Here
+  (``WindowState``) aggregates are folded into partial values per (key, window) as events
+  arrive, so the state holds one small list per open window, never the events.
+- ``sliding_window(event_time, '10 minutes')``: one row per event, over the key's events
+  in the trailing interval ``[t - size, t]`` (``wayline.rules.sliding``).
+- ``session_window(event_time, '5 minutes')``: a key's events closer than the gap to the
+  one before form a session, emitted once the gap has passed (``wayline.rules.session``).
 
 The SELECT list and HAVING may use the GROUP BY keys, ``window.start``, ``window.end`` and
 the aggregates ``COUNT(*)``, ``COUNT(x)``, ``SUM``, ``AVG``, ``MIN``, ``MAX`` of row
-expressions, combined with the operators ``wayline.rules.expression`` supports; WHERE is a
-row expression. Aggregates are folded into partial values per (key, window) as events
-arrive, so the state holds one small list per open window, never the events.
+expressions, combined with the operators ``wayline.rules.expression`` supports; a sliding
+window's may also read the columns of the event it is computed for. WHERE is a row
+expression.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from enum import StrEnum
+from typing import Any, Protocol
 
 from sqlglot import exp
 
@@ -27,7 +36,7 @@ from wayline.rules.expression import DIALECT, ColumnPath, DefineFrame, Row, comp
 
 Evaluator = Callable[[Row], Any]
 
-WINDOW = "window"
+WINDOW = "window"  # what SELECT and HAVING call the window: window.start, window.end
 START, END = "__window_start", "__window_end"
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _MICROSECOND = timedelta(microseconds=1)
@@ -36,15 +45,57 @@ _KINDS: dict[type[exp.Expression], str] = {
 }
 
 
+class WindowKind(StrEnum):
+    """The window function in GROUP BY, by its name."""
+
+    FIXED = "window"  # tumbling, or hopping with a slide
+    SLIDING = "sliding_window"
+    SESSION = "session_window"
+
+
 @dataclass(frozen=True)
 class Aggregate:
+    """One aggregate call; its partial value is plain data (a number, None, or [sum, count])."""
+
     kind: str
     sql: str
     argument: Evaluator | None = field(compare=False)  # None: COUNT(*)
 
+    def empty(self) -> Any:
+        return [0, 0] if self.kind == "avg" else (0 if self.kind == "count" else None)
+
+    def fold(self, partial: Any, value: Any) -> Any:
+        """The partial value with one more event's ``value`` (its argument) in it."""
+        kind = self.kind
+        if kind == "count":
+            return partial + (1 if self.argument is None or value is not None else 0)
+        if value is None:
+            return partial
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            if kind in ("sum", "avg"):
+                raise GiveUp(f"{self.sql}: {value!r} is not a number")
+        try:
+            if kind == "sum":
+                return value if partial is None else partial + value
+            if kind == "avg":
+                return [partial[0] + value, partial[1] + 1]
+            if kind == "min":
+                return value if partial is None or value < partial else partial
+            return value if partial is None or value > partial else partial
+        except TypeError as exc:
+            raise GiveUp(f"{self.sql}: cannot compare {value!r} with {partial!r}") from exc
+
+    def final(self, partial: Any) -> Any:
+        if self.kind == "avg":
+            return partial[0] / partial[1] if partial[1] else None
+        return partial
+
 
 @dataclass(frozen=True)
 class WindowSpec:
+    """A compiled window rule. ``size`` is the window's length (a session's gap); ``slide``
+    equals it except for a hopping window."""
+
     size: timedelta
     slide: timedelta
     keys: tuple[ColumnPath, ...]
@@ -52,12 +103,67 @@ class WindowSpec:
     where: Evaluator | None = field(compare=False)
     having: Evaluator | None = field(compare=False)
     select: tuple[tuple[str, Evaluator], ...] = field(compare=False)
+    kind: WindowKind = WindowKind.FIXED
 
     def windows_of(self, micros: int) -> list[int]:
         """The starts (epoch microseconds) of every window that holds an event at ``micros``."""
         size, slide = self.size // _MICROSECOND, self.slide // _MICROSECOND
         last = micros - micros % slide
         return list(range(last, micros - size, -slide))[::-1]
+
+    def values(self, row: Row) -> list[Any]:
+        """What one event gives each aggregate (its argument; None for COUNT(*))."""
+        return [None if a.argument is None else a.argument(row) for a in self.aggregates]
+
+    def empty(self) -> list[Any]:
+        return [a.empty() for a in self.aggregates]
+
+    def fold(self, partial: list[Any], values: Sequence[Any]) -> None:
+        """Fold one event's ``values`` into ``partial``, in place."""
+        for index, aggregate in enumerate(self.aggregates):
+            partial[index] = aggregate.fold(partial[index], values[index])
+
+    def output(self, group: dict[str, Any], partial: Sequence[Any]) -> dict[str, Any] | None:
+        """The selected columns of a finished window, or None if HAVING rejects it. ``group``
+        holds what the expressions read besides the aggregates (keys, window bounds)."""
+        for index, aggregate in enumerate(self.aggregates):
+            group[f"__agg{index}"] = aggregate.final(partial[index])
+        if self.having is not None and self.having(group) is not True:
+            return None
+        return {name: evaluate(group) for name, evaluate in self.select}
+
+
+@dataclass(frozen=True, slots=True)
+class WindowRow:
+    """One emitted window: bounds in epoch microseconds, the selected columns, the tenant of
+    the output event, and what tells it from the rule's other rows for the same key (the
+    output event's id is derived from it)."""
+
+    start: int
+    end: int
+    data: dict[str, Any]
+    tenantid: str | None
+    ident: str
+
+
+class KeyWindows(Protocol):
+    """One window rule's state for one partition key, as the rules engine drives it."""
+
+    @property
+    def late(self) -> int:
+        """Events dropped so far because they came behind the watermark."""
+
+    def add(self, rows: Iterable[Row], watermark: int | None) -> None: ...
+
+    def close(self, watermark: int, key: Mapping[str, Any]) -> list[WindowRow]: ...
+
+    @property
+    def size(self) -> int: ...
+
+    @property
+    def wake_at(self) -> int | None: ...
+
+    def snapshot(self) -> dict[str, Any]: ...
 
 
 def compile_window(statement: exp.Select, check_column: Callable[[ColumnPath, str], None]) -> WindowSpec:
@@ -66,21 +172,24 @@ def compile_window(statement: exp.Select, check_column: Callable[[ColumnPath, st
     if extra:
         raise RejectedInput(f"{', '.join(k.upper().rstrip('_') for k in extra)} is not supported in a window rule")
     group = statement.args.get("group")
-    calls = [node for node in (group.expressions if group else []) if _is_window_call(node)]
+    calls = [node for node in (group.expressions if group else []) if _window_kind(node) is not None]
     if not calls:
         raise RejectedInput(
             "an aggregation rule needs a time bound: GROUP BY window(event_time, '<size>'[, '<slide>']), "
+            "sliding_window(event_time, '<size>') or session_window(event_time, '<gap>'), "
             "or its groups would be kept forever"
         )
     if len(calls) > 1:
-        raise RejectedInput("GROUP BY: one window(...) per rule")
-    size, slide = _window_arguments(calls[0])
+        raise RejectedInput("GROUP BY: one window(...), sliding_window(...) or session_window(...) per rule")
+    kind = _window_kind(calls[0])
+    assert kind is not None
+    size, slide = _window_arguments(kind, calls[0])
     keys: list[ColumnPath] = []
     for node in group.expressions:
         if node is calls[0]:
             continue
         if not isinstance(node, (exp.Column, exp.Dot)):
-            raise RejectedInput(f"GROUP BY {node.sql(dialect=DIALECT)}: group by columns and one window(...)")
+            raise RejectedInput(f"GROUP BY {node.sql(dialect=DIALECT)}: group by columns and one {kind}(...)")
         path = _path(node)
         check_column(path, "GROUP BY")
         keys.append(path)
@@ -103,7 +212,8 @@ def compile_window(statement: exp.Select, check_column: Callable[[ColumnPath, st
         return exp.column(f"__agg{len(aggregates) - 1}")
 
     def over_groups(node: exp.Expression, clause: str) -> Evaluator:
-        """An expression over a finished group: aggregates, keys and window bounds."""
+        """An expression over a finished group: aggregates, keys and window bounds (and for a
+        sliding window, the columns of the event the window ends at)."""
         tree = node.copy()
         for found in list(tree.find_all(exp.AggFunc)):
             if found.find_ancestor(exp.AggFunc) is None:
@@ -120,6 +230,8 @@ def compile_window(statement: exp.Select, check_column: Callable[[ColumnPath, st
                     tree = bound
                 else:
                     column.replace(bound)
+            elif kind is WindowKind.SLIDING and not path[0].startswith("__agg"):
+                check_column(path, clause)
             elif not path[0].startswith("__agg") and path not in keys:
                 raise RejectedInput(
                     f"{clause}: {'.'.join(path)} is neither a GROUP BY key, window.start/window.end, "
@@ -148,21 +260,38 @@ def compile_window(statement: exp.Select, check_column: Callable[[ColumnPath, st
         where=_row_expression(where.this, "WHERE", check_column) if where is not None else None,
         having=over_groups(having.this, "HAVING") if having is not None else None,
         select=tuple(select),
+        kind=kind,
     )
 
 
-def _is_window_call(node: exp.Expression) -> bool:
+def _window_kind(node: exp.Expression) -> WindowKind | None:
     if not isinstance(node, exp.Anonymous):
-        return False
+        return None
     name = node.this
-    return (name.name if isinstance(name, exp.Identifier) else str(name)).lower() == WINDOW
+    text = (name.name if isinstance(name, exp.Identifier) else str(name)).lower()
+    return next((kind for kind in WindowKind if kind.value == text), None)
 
 
-def _window_arguments(call: exp.Anonymous) -> tuple[timedelta, timedelta]:
+_SIGNATURES = {
+    WindowKind.FIXED: "window(event_time, '<size>'[, '<slide>'])",
+    WindowKind.SLIDING: "sliding_window(event_time, '<size>')",
+    WindowKind.SESSION: "session_window(event_time, '<gap>')",
+}
+
+
+def _window_arguments(kind: WindowKind, call: exp.Anonymous) -> tuple[timedelta, timedelta]:
     arguments = call.expressions
-    if not 2 <= len(arguments) <= 3 or _path_or_none(arguments[0]) != ("event_time",):
-        raise RejectedInput("GROUP BY window(event_time, '<size>'[, '<slide>']): the first argument is event_time")
-    durations = [_duration(node) for node in arguments[1:]]
+    most = 3 if kind is WindowKind.FIXED else 2
+    if arguments and _path_or_none(arguments[0]) != ("event_time",):
+        raise RejectedInput(f"GROUP BY {_SIGNATURES[kind]}: the first argument is event_time")
+    if not 2 <= len(arguments) <= most:
+        hint = ""
+        if kind is WindowKind.SLIDING and len(arguments) == 3:
+            hint = ("; a sliding window moves with each event and takes no slide "
+                    "(window(event_time, '<size>', '<slide>') is a hopping window)")
+        wanted = "2 or 3 arguments" if kind is WindowKind.FIXED else "2 arguments"
+        raise RejectedInput(f"GROUP BY {_SIGNATURES[kind]}: {wanted}, not {len(arguments)}{hint}")
+    durations = [_duration(kind, node) for node in arguments[1:]]
     size = durations[0]
     slide = durations[1] if len(durations) == 2 else size
     if slide > size:
@@ -172,19 +301,19 @@ def _window_arguments(call: exp.Anonymous) -> tuple[timedelta, timedelta]:
     return size, slide
 
 
-def _duration(node: exp.Expression) -> timedelta:
+def _duration(kind: WindowKind, node: exp.Expression) -> timedelta:
+    clause = f"{kind}(...)"
     if isinstance(node, exp.Interval):
-        value = interval(node, "window(...)")
+        value = interval(node, clause)
     elif isinstance(node, exp.Literal) and node.is_string:
         words = node.this.split()
         if len(words) != 2:
-            raise RejectedInput(f"window(...): {node.this!r} is not a duration such as '5 minutes'")
-        value = interval(exp.Interval(this=exp.Literal.string(words[0]), unit=exp.var(words[1].upper())),
-                         "window(...)")
+            raise RejectedInput(f"{clause}: {node.this!r} is not a duration such as '5 minutes'")
+        value = interval(exp.Interval(this=exp.Literal.string(words[0]), unit=exp.var(words[1].upper())), clause)
     else:
-        raise RejectedInput(f"window(...): {node.sql(dialect=DIALECT)} is not a duration such as '5 minutes'")
+        raise RejectedInput(f"{clause}: {node.sql(dialect=DIALECT)} is not a duration such as '5 minutes'")
     if value <= timedelta(0):
-        raise RejectedInput("window(...): durations must be positive")
+        raise RejectedInput(f"{clause}: durations must be positive")
     return value
 
 
@@ -271,17 +400,16 @@ class WindowState:
             if not starts:
                 self.late += 1
                 continue
-            values = [None if a.argument is None else a.argument(row) for a in spec.aggregates]
+            values = spec.values(row)
             for start in starts:
                 partial = self.open.get(start)
                 if partial is None:
-                    partial = self.open[start] = [_empty(a.kind) for a in spec.aggregates]
-                for index, aggregate in enumerate(spec.aggregates):
-                    partial[index] = _fold(aggregate, partial[index], values[index])
+                    partial = self.open[start] = spec.empty()
+                spec.fold(partial, values)
 
-    def close(self, watermark: int, key: Mapping[str, Any]) -> list[tuple[int, int, dict[str, Any]]]:
-        """Emit (and forget) every window that ends at or before the watermark, in time order,
-        as (start, end, selected columns); starts and ends in epoch microseconds."""
+    def close(self, watermark: int, key: Mapping[str, Any]) -> list[WindowRow]:
+        """Emit (and forget) every window that ends at or before the watermark, in time order;
+        ``key`` holds the GROUP BY keys' values, nested as in a row."""
         spec = self._spec
         size = spec.size // _MICROSECOND
         out = []
@@ -290,50 +418,25 @@ class WindowState:
             group = dict(key)
             group[START] = time_of(start)
             group[END] = time_of(start + size)
-            for index, aggregate in enumerate(spec.aggregates):
-                group[f"__agg{index}"] = _final(aggregate.kind, partial[index])
-            if spec.having is not None and spec.having(group) is not True:
-                continue
-            out.append((start, start + size, {name: evaluate(group) for name, evaluate in spec.select}))
+            data = spec.output(group, partial)
+            if data is not None:
+                out.append(WindowRow(start, start + size, data, self.tenant, str(start)))
         return out
 
     @property
     def size(self) -> int:
         return len(self.open)
 
+    @property
+    def wake_at(self) -> int | None:
+        """The watermark (epoch µs) at which the first open window closes."""
+        return min(self.open) + self._spec.size // _MICROSECOND if self.open else None
+
     def snapshot(self) -> dict[str, Any]:
         return {"open": {str(k): v for k, v in self.open.items()}, "late": self.late, "tenant": self.tenant}
 
 
-def _empty(kind: str) -> Any:
-    return [0, 0] if kind == "avg" else (0 if kind == "count" else None)
-
-
-def _fold(aggregate: Aggregate, partial: Any, value: Any) -> Any:
-    kind = aggregate.kind
-    if kind == "count":
-        return partial + (1 if aggregate.argument is None or value is not None else 0)
-    if value is None:
-        return partial
-    if not isinstance(value, (int, float)) or isinstance(value, bool):
-        if kind in ("sum", "avg"):
-            raise GiveUp(f"{aggregate.sql}: {value!r} is not a number")
-    try:
-        if kind == "sum":
-            return value if partial is None else partial + value
-        if kind == "avg":
-            return [partial[0] + value, partial[1] + 1]
-        if kind == "min":
-            return value if partial is None or value < partial else partial
-        return value if partial is None or value > partial else partial
-    except TypeError as exc:
-        raise GiveUp(f"{aggregate.sql}: cannot compare {value!r} with {partial!r}") from exc
-
-
-def _final(kind: str, partial: Any) -> Any:
-    if kind == "avg":
-        return partial[0] / partial[1] if partial[1] else None
-    return partial
-
-
-__all__ = ["Aggregate", "WindowSpec", "WindowState", "compile_window", "micros_of", "time_of"]
+__all__ = [
+    "END", "START", "Aggregate", "KeyWindows", "WindowKind", "WindowRow", "WindowSpec", "WindowState",
+    "compile_window", "micros_of", "time_of",
+]
