@@ -212,7 +212,8 @@ def run_retries() -> None:
         with console.status("starting Spark…"):
             spark = spark_session(settings)
         query = start_retries(spark, settings, Database(engine), endpoint_service(settings), metrics)
-        console.print(f"draining retries every {settings.delivery.retry_poll_s:g} s; metrics at {server.url}; Ctrl-C stops")
+        console.print(f"draining retries every {settings.delivery.retry_poll_s:g} s; metrics at {server.url}; "
+                      "Ctrl-C stops")
 
         def view() -> RenderableType:
             seen = metrics.overview()

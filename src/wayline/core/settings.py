@@ -139,7 +139,8 @@ class DeliverySettings(_Section):
     )
     retry_metrics_port: int = Field(
         default=9465, ge=0, le=65_535,
-        description="`wayline run retries`' Prometheus /metrics, beside a delivery job on the same host; 0: any free port",
+        description="`wayline run retries`' Prometheus /metrics, beside a delivery job on the same host; "
+                    "0: any free port",
     )
     retry_poll_s: float = Field(default=1.0, gt=0, description="the retry query looks for due retries this often")
     retry_claim_limit: int = Field(

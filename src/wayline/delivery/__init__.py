@@ -26,8 +26,8 @@ call these on groups and Arrow batches):
                    other values the driver re-reads now and then (the failing endpoints)
 
 Only ``http_client`` imports an HTTP client; ``metrics`` renders the totals with
-prometheus-client (``wayline.core.metrics`` serves them); ``store``, ``drain``, ``attempt_log`` and ``dead_letter`` talk to
-PostgreSQL, ``operations`` to Kafka.
+prometheus-client (``wayline.core.metrics`` serves them); ``store``, ``drain``,
+``attempt_log`` and ``dead_letter`` talk to PostgreSQL, ``operations`` to Kafka.
 """
 
 from wayline.delivery.attempt import (

@@ -4,7 +4,7 @@
                      ├─▶ WillRetry        (retry store: the next Pending, with its due time)
                      ├─▶ DeadLettered     (dead-letter store: permanent failure or schedule used up)
                      └─▶ Gone             (410: disable the subscription; the message is dead-lettered)
-    Pending ──defer───▶ WillRetry        (the endpoint is failing: due at once on the retry path, no attempt made)
+    Pending ──defer───▶ WillRetry        (endpoint failing: due at once on the retry path, not attempted)
 
 :class:`Pending` is also the retry store's record. It keeps the exact body, so every
 attempt and every replay sends the same bytes under the same ``webhook-id``; only the

@@ -125,7 +125,7 @@ def attempt_all(
     results = asyncio.run(_attempt(todo, targets, transport, settings, clock()))
     finished = clock()
     chance = rng or random.Random()
-    policies = {endpoint_id: settings.policy_for(targets.get(endpoint_id)) for endpoint_id in {p.endpoint_id for p in todo}}
+    policies = {endpoint: settings.policy_for(targets.get(endpoint)) for endpoint in {p.endpoint_id for p in todo}}
     return [
         settle(pending, result, finished, chance, policies[pending.endpoint_id])
         for pending, result in zip(todo, results, strict=True)

@@ -186,7 +186,8 @@ def _log_row(state: Succeeded) -> dict[str, Any]:
 
 
 def _deferred(state: WillRetry | DeadLettered | Gone) -> bool:
-    return isinstance(state, WillRetry) and isinstance(state.outcome, Failure) and state.outcome.kind is FailureKind.DEFERRED
+    outcome = state.outcome if isinstance(state, WillRetry) else None
+    return isinstance(outcome, Failure) and outcome.kind is FailureKind.DEFERRED
 
 
 def failed_attempt(state: WillRetry | DeadLettered | Gone) -> tuple[Pending, Result, str | None]:

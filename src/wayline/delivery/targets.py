@@ -58,9 +58,8 @@ def target_of(endpoint: EndpointTarget) -> Target:
         timeout_s=endpoint.timeout_ms / 1000,
         limits=EndpointLimits(max_in_flight=endpoint.max_in_flight, rate_per_s=endpoint.rate_limit_per_s),
         secrets=(),
-        retry_schedule=(
-            None if endpoint.retry_schedule_s is None else tuple(timedelta(seconds=s) for s in endpoint.retry_schedule_s)
-        ),
+        retry_schedule=(None if endpoint.retry_schedule_s is None
+                        else tuple(timedelta(seconds=s) for s in endpoint.retry_schedule_s)),
         retry_statuses=frozenset(endpoint.retry_statuses),
     )
     try:

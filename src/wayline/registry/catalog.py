@@ -113,6 +113,7 @@ def delete_event_type(session: Session, caller: Caller, name: str) -> None:
 
 
 __all__ = [
-    "ENDPOINT_DISABLED", "MESSAGE_DEAD_LETTERED", "OPERATIONAL_EVENT_TYPES", "EventTypeIn", "EventTypeOut", "TenantIn", "TenantOut", "create_event_type", "delete_event_type",
+    "ENDPOINT_DISABLED", "MESSAGE_DEAD_LETTERED", "OPERATIONAL_EVENT_TYPES",
+    "EventTypeIn", "EventTypeOut", "TenantIn", "TenantOut", "create_event_type", "delete_event_type",
     "delete_tenant", "get_event_type", "get_tenant", "list_event_types", "list_tenants", "upsert_tenants",
 ]

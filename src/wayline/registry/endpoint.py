@@ -182,7 +182,8 @@ class EndpointService:
         return EndpointOut(
             id=row.id, customer_id=row.customer_id, url=row.url, description=row.description, auth=public,
             timeout_ms=row.timeout_ms, max_in_flight=row.max_in_flight, rate_limit_per_s=row.rate_limit_per_s,
-            retry_schedule_s=row.retry_schedule_s, retry_statuses=row.retry_statuses, enabled=row.enabled, disabled_reason=row.disabled_reason, disabled_at=row.disabled_at,
+            retry_schedule_s=row.retry_schedule_s, retry_statuses=row.retry_statuses,
+            enabled=row.enabled, disabled_reason=row.disabled_reason, disabled_at=row.disabled_at,
             created_at=row.created_at, updated_at=row.updated_at,
         )
 

@@ -17,7 +17,7 @@ depends_on = None
 # Literal copies, not imports: a migration must keep meaning what it meant when written.
 OPERATIONAL_EVENT_TYPES = {
     "wayline.endpoint.disabled": "Wayline disabled one of your endpoints; data.reason says why.",
-    "wayline.message.dead_lettered": "A message to one of your endpoints used up its retries; poll it from /dead-letters.",
+    "wayline.message.dead_lettered": "A message to one of your endpoints used up its retries; see /dead-letters.",
 }
 
 
