@@ -27,7 +27,6 @@ batch is signed, limited, deadlined and recorded exactly like a single event.
 
 from __future__ import annotations
 
-import functools
 import logging
 import threading
 import time
@@ -44,7 +43,7 @@ from pyspark.sql.streaming import StreamingQuery
 from sqlalchemy.exc import OperationalError
 
 from wayline.core.envelope import BINARY_PREFIX
-from wayline.core.errors import RejectedInput, RetryLater, WaylineError
+from wayline.core.errors import RejectedInput, RetryLater
 from wayline.core.kafka import ensure_topics
 from wayline.core.settings import Settings
 from wayline.delivery.batch import DEFAULT_MAX_COUNT, DEFAULT_MAX_WAIT
@@ -58,6 +57,7 @@ from wayline.delivery.targets import Target, target_of
 from wayline.pipelines.batching import BATCH_TOPIC_CONFIG, bundles, chunk_batch_pairs, full_batches, start_batching
 from wayline.pipelines.envelope import ENVELOPE_COLUMNS, parse_events, quarantine_records
 from wayline.pipelines.matching import match_events, match_keys_frame
+from wayline.pipelines.micro_batch import concise_failures
 from wayline.pipelines.sending import PartitionSender, send, task_settings
 from wayline.pipelines.source import read_kafka, write_to_kafka
 from wayline.registry import subscription
@@ -253,31 +253,6 @@ def disable_gone(database: Database, subscription_ids: set[str]) -> None:
             _log.warning("disabled subscription %s: its endpoint answered 410 Gone", subscription_id)
 
 
-# Spark matches a failed foreachBatch's message against a regex to tell a stop from a
-# failure; a message of many kilobytes (SQL with thousands of parameters) overflows the
-# query thread's stack, and the query then dies without recording why.
-MAX_FAILURE_CHARS = 2000
-MicroBatchStep = Callable[[DataFrame, int], None]
-
-
-def concise_failures(query: str, step: MicroBatchStep) -> MicroBatchStep:
-    """``step`` with its failures logged in full and re-raised with a short message."""
-
-    @functools.wraps(step)
-    def run(batch: DataFrame, batch_id: int) -> None:
-        try:
-            step(batch, batch_id)
-        except Exception as exc:
-            # A stop interrupts the micro-batch's Spark jobs: expected, and not worth a traceback.
-            if "java.lang.InterruptedException" not in str(exc):
-                _log.exception("%s: micro-batch %d failed", query, batch_id)
-            raise WaylineError(
-                f"{query}: micro-batch {batch_id} failed: {type(exc).__name__}: {str(exc)[:MAX_FAILURE_CHARS]}"
-            ) from None
-
-    return run
-
-
 class DeliveryJob:
     """The matching query and, once any subscription is in batch mode, the batching query:
     run as one job, stopped together."""
@@ -405,14 +380,12 @@ def start_delivery(
 __all__ = [
     "BATCH",
     "DELIVERY_CALLER",
-    "MAX_FAILURE_CHARS",
     "ROUTES_SCHEMA",
     "STREAMING",
     "DeliveryJob",
     "LiveSnapshot",
     "deliver_micro_batch",
     "disable_gone",
-    "concise_failures",
     "event_body",
     "events_with_bodies",
     "load_live_snapshot",

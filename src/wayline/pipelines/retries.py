@@ -46,7 +46,8 @@ from wayline.delivery.operations import OperationsProducer, dead_lettered_events
 from wayline.delivery.outcomes import BatchSummary, Tally
 from wayline.delivery.stage import StageSettings
 from wayline.delivery.targets import Target, target_of
-from wayline.pipelines.delivery import DELIVERY_CALLER, concise_failures, disable_gone
+from wayline.pipelines.delivery import DELIVERY_CALLER, disable_gone
+from wayline.pipelines.micro_batch import concise_failures
 from wayline.pipelines.sending import TALLY_SCHEMA, task_settings
 from wayline.registry.db import Database, make_engine
 from wayline.registry.endpoint import EndpointPatch, EndpointService

@@ -67,6 +67,7 @@ from wayline.core.errors import WaylineError
 from wayline.core.kafka import ensure_topics
 from wayline.core.settings import Settings
 from wayline.pipelines.envelope import parse_events, valid_events
+from wayline.pipelines.micro_batch import concise_failures, interrupted
 from wayline.pipelines.source import read_kafka, write_to_kafka
 from wayline.registry import rule as rule_service
 from wayline.registry.db import Database, make_engine
@@ -514,7 +515,7 @@ class RulesJob:
             stream.writeStream.queryName("wayline-rules")
             .option("checkpointLocation", str(self._checkpoint))
             .trigger(processingTime=f"{int(self._settings.rules.trigger_interval_s * 1000)} milliseconds")
-            .foreachBatch(self._batch)
+            .foreachBatch(concise_failures("wayline-rules", self._batch))
             .start()
         )
 
@@ -581,6 +582,8 @@ class RulesJob:
             try:
                 per_rule = {row.rule: row["count"] for row in combined.groupBy("rule").count().collect()}
             except Exception as exc:  # noqa: BLE001 - find the filter that broke it, run the rest
+                if interrupted(exc):
+                    raise
                 log.warning("the filters' combined output failed (%s); running them one by one", exc)
                 combined.unpersist()
                 return self._write_one_by_one(outputs[:1], events, filters, failed)
@@ -599,8 +602,10 @@ class RulesJob:
                 per_rule[rule.state_key] = frame.count()
                 good.append(frame)
             except Exception as exc:  # noqa: BLE001 - this rule is quarantined, the others go on
-                failed[rule.state_key] = f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
                 frame.unpersist()
+                if interrupted(exc):
+                    raise
+                failed[rule.state_key] = f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
         for frame in good:
             write_to_kafka(frame.select("topic", "key", "value"), self._settings)
             frame.unpersist()
