@@ -279,3 +279,26 @@ def test_endpoints_failing_longer_than_the_limit_are_found_and_a_change_restarts
         endpoints.update(session, ADMIN, created.id, EndpointPatch(enabled=True))
     assert failing(datetime.now(UTC)) == [], "re-enabling restarts the clock"
     assert len(failing(in_six_days)) == 1
+
+
+def test_retention_deletes_history_and_dead_letters_older_than_their_limits_in_batches(database, unique) -> None:
+    old, cutoff, young = (datetime(year, 1, 1, tzinfo=UTC) for year in (2001, 2002, 2003))
+    ages = {f"{unique}-old{n}": old + timedelta(days=n) for n in range(3)} | {f"{unique}-young": young}
+    with database.transaction() as session:
+        for webhook_id, at in ages.items():
+            common = {"webhook_id": webhook_id, "endpoint_id": f"ep_{unique}", "subscription_id": f"sub_{unique}"}
+            session.add(DeliveryLogEntry(**common, status=200, latency_ms=3, attempt=1, delivered_at=at))
+            session.add(AttemptLogEntry(**common, attempt=1, status=500, error="HTTP 500", latency_ms=3,
+                                        attempted_at=at))
+            session.add(DeadLetterEntry(**common, id=f"dl_{webhook_id}", customer_id=None, kind="single",
+                                        event_ids=[webhook_id], payload=b"{}", attempts=8, reason="exhausted",
+                                        last_error="HTTP 500", first_attempt_at=at, dead_at=at))
+    queue = RetryQueue(database.engine)
+    assert queue.expire(cutoff, cutoff, limit=2) is True, "two of three old rows per table: more may be left"
+    assert queue.expire(cutoff, cutoff, limit=2) is False
+    for model in (DeliveryLogEntry, AttemptLogEntry, DeadLetterEntry):
+        left = {row.webhook_id for row in rows(database, model, endpoint_id=f"ep_{unique}")}
+        assert left == {f"{unique}-young"}, model.__tablename__
+    queue.expire(cutoff, young + timedelta(days=1), limit=10)
+    assert rows(database, DeadLetterEntry, endpoint_id=f"ep_{unique}") == [], "dead letters have their own limit"
+    assert len(rows(database, DeliveryLogEntry, endpoint_id=f"ep_{unique}")) == 1

@@ -85,7 +85,8 @@ def test_a_stage_settles_each_endpoint_on_its_own_retry_policy(database, unique:
         run_stage([single(unique, f"own-{name}", ids[name]) for name in ids], targets, store, AiohttpTransport,
                   StageSettings(deadline_s=5))
     with database.transaction() as session:
-        handed = {r.endpoint_id: r for r in session.scalars(select(RetryEntry).where(RetryEntry.endpoint_id.in_(ids.values())))}
+        entries = session.scalars(select(RetryEntry).where(RetryEntry.endpoint_id.in_(ids.values())))
+        handed = {r.endpoint_id: r for r in entries}
     assert handed[ids["default"]].dead_reason == "rejected", "400 is not retried by default"
     retried = handed[ids["retries400"]]
     assert retried.dead_reason is None

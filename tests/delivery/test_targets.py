@@ -62,9 +62,10 @@ def test_an_unusable_endpoint_becomes_a_target_with_a_problem_not_an_error() -> 
 
 
 def test_an_endpoints_retry_settings_carry_over_and_default_to_the_deployments() -> None:
-    own = target_of(EndpointTarget(id="ep_2", customer_id="cus_1", url="http://127.0.0.1:9/hook", auth=registry.NoAuth(),
-                                   timeout_ms=1000, max_in_flight=1, rate_limit_per_s=None, secrets=(SECRET.text,),
-                                   retry_schedule_s=(0.0, 1.5), retry_statuses=(400, 404)))
+    own = target_of(EndpointTarget(
+        id="ep_2", customer_id="cus_1", url="http://127.0.0.1:9/hook", auth=registry.NoAuth(), timeout_ms=1000,
+        max_in_flight=1, rate_limit_per_s=None, secrets=(SECRET.text,), retry_schedule_s=(0.0, 1.5),
+        retry_statuses=(400, 404)))
     assert own.retry_schedule == (timedelta(0), timedelta(seconds=1.5))
     assert own.retry_statuses == frozenset({400, 404})
     default = target_of(endpoint())

@@ -152,7 +152,8 @@ def test_operational_events_reach_their_own_customers_subscriptions_only(databas
                     endpoint_id=hook.id, event_types=[catalog.ENDPOINT_DISABLED], tenant_scope="tenants",
                     tenants=[f"ops-{unique}"]))
             with pytest.raises(Forbidden, match="needs an admin key"):
-                subscription.create(s, key, subscription.SubscriptionIn(endpoint_id=hook.id, event_types=[f"ops.{unique}"]))
+                subscription.create(s, key, subscription.SubscriptionIn(endpoint_id=hook.id,
+                                                                        event_types=[f"ops.{unique}"]))
     with database.transaction() as s:
         snapshot = load_snapshot(s, endpoints)
     for event_type in catalog.OPERATIONAL_EVENT_TYPES:

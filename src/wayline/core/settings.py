@@ -153,6 +153,13 @@ class DeliverySettings(_Section):
     disable_after_s: float = Field(
         default=432_000.0, gt=0, description="an endpoint whose retries have all failed this long is disabled (5 days)"
     )
+    history_retention_s: float = Field(
+        default=2_592_000.0, gt=0,
+        description="delivered messages and failed attempts are kept this long for the customer API (30 days)",
+    )
+    dead_letter_retention_s: float = Field(
+        default=2_592_000.0, gt=0, description="a dead letter nobody acknowledged is deleted after this long (30 days)"
+    )
     operations_topic: str = Field(
         default="events.wayline.operations",
         description="Wayline's own CloudEvents (endpoint disabled, message dead-lettered); under the event topic "

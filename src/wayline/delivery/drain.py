@@ -223,6 +223,23 @@ class RetryQueue:
             before_commit(buried)
         return buried
 
+    def expire(self, history_before: datetime, dead_letters_before: datetime, limit: int) -> bool:
+        """Delete up to ``limit`` of the oldest rows of each of the delivery log and the attempt
+        log (older than ``history_before``) and the dead letters (older than
+        ``dead_letters_before``), in one short transaction; ``True`` while more may be left."""
+        full = False
+        with self._transaction() as session:
+            for table, column, before in (("delivery_log", "delivered_at", history_before),
+                                          ("delivery_attempts", "attempted_at", history_before),
+                                          ("dead_letters", "dead_at", dead_letters_before)):
+                # By ctid: one statement for the three tables, whatever their keys.
+                deleted = session.execute(text(
+                    f"DELETE FROM {table} WHERE ctid = ANY(ARRAY("
+                    f"SELECT ctid FROM {table} WHERE {column} < :before ORDER BY {column} LIMIT :limit))"
+                ), {"before": before, "limit": limit}).rowcount
+                full = full or deleted == limit
+        return full
+
     def failing_now(self) -> frozenset[str]:
         """Endpoints whose latest retry failed: the delivery job hands their messages to the retry path."""
         with self._transaction() as session:

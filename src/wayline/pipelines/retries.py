@@ -14,7 +14,9 @@ checkpoint like any query. Each micro-batch (``foreachBatch``, on the driver):
 4. moves the entries no attempt is left for into the dead-letter store, and announces
    each on the operations topic before that move commits;
 5. disables endpoints whose retries have failed for ``delivery.disable_after_s``, with the
-   reason, announced the same way.
+   reason, announced the same way;
+6. every ten minutes, deletes delivery history older than ``delivery.history_retention_s``
+   and dead letters older than ``delivery.dead_letter_retention_s``, in small batches.
 
 Why PostgreSQL and not a Kafka retry topic: see docs/decisions.md ("Retries and dead letters").
 """
@@ -22,6 +24,7 @@ Why PostgreSQL and not a Kafka retry topic: see docs/decisions.md ("Retries and 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -57,6 +60,9 @@ _log = logging.getLogger(__name__)
 
 # Dead entries moved per transaction; the rest wait for the next micro-batch.
 BURY_LIMIT = 5000
+# Rows of each table deleted per retention transaction, and how often retention runs.
+EXPIRE_LIMIT = 10_000
+RETENTION_POLL_S = 600.0
 
 
 @dataclass(frozen=True)
@@ -157,6 +163,9 @@ def start_retries(
     stage = StageSettings.from_settings(delivery)
     lease = timedelta(seconds=delivery.retry_lease_s)
     failing_for = timedelta(seconds=delivery.disable_after_s)
+    history_for = timedelta(seconds=delivery.history_retention_s)
+    dead_letters_for = timedelta(seconds=delivery.dead_letter_retention_s)
+    expire_at = [0.0]  # monotonic time of the next retention pass
     shards = delivery.send_partitions
 
     def tick(_batch: DataFrame, _batch_id: int) -> None:
@@ -175,6 +184,10 @@ def start_retries(
             pass
         for failing in queue.failing_endpoints(failing_for, now):
             disable_failing(database, endpoints, failing, failing_for, producer, now)
+        if time.monotonic() >= expire_at[0]:
+            expire_at[0] = time.monotonic() + RETENTION_POLL_S
+            while queue.expire(now - history_for, now - dead_letters_for, EXPIRE_LIMIT):
+                pass
 
     root = checkpoint or settings.checkpoint_root / "retries"
     return (
