@@ -24,12 +24,9 @@ import argparse
 import json
 import multiprocessing
 import os
-import platform
-import shutil
 import statistics
 import time
 import urllib.request
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -41,12 +38,14 @@ from wayline.core.settings import Settings
 from wayline.delivery.metrics import DeliveryMetrics
 from wayline.pipelines.delivery import start_delivery
 from wayline.registry import subscription
-from wayline.registry.db import Database, make_engine, migrate
-from wayline.stack import loadgen, local
+from wayline.registry.db import Database
+from wayline.stack import loadgen
 from wayline.stack.receiver import Receiver, ReceiverServer
 from wayline.stack.seed import SeedEndpoint, seed
 from wayline.stack.spark import spark_session
 from wayline.registry.endpoint import NoAuth
+
+from fresh_stack import fresh_stack, machine
 
 RESULTS = Path(__file__).resolve().parent / "results"
 ENDPOINTS = 5
@@ -187,13 +186,16 @@ def main() -> None:
     parser.add_argument("--measures", default="batch,streaming,latency", help="which of the three to run")
     args = parser.parse_args()
 
-    state = RESULTS / "delivery-state"
-    shutil.rmtree(state, ignore_errors=True)
-    settings = Settings(state_dir=state, registry={"url_allow_list": ["127.0.0.1/32"]})
-    local.up(settings)
-    engine = make_engine(settings)
-    migrate(engine)
-    database = Database(engine)
+    with fresh_stack(RESULTS / "delivery-state", registry={"url_allow_list": ["127.0.0.1/32"]}) as (settings, database):
+        results, peak_mb = run_all(settings, database, args)
+    summary = {**machine(), "spark_jvm_peak_rss_mb": peak_mb, "runs": results}
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / f"delivery-{int(time.time())}.json").write_text(json.dumps(summary, indent=2))
+    print(json.dumps(summary, indent=2))
+
+
+def run_all(settings: Settings, database: Database, args: argparse.Namespace) -> tuple[list[dict[str, Any]], float]:
+    """Every run of the chosen measures; the results, and the Spark JVM's peak resident memory."""
     port_in, port_out = multiprocessing.Pipe(duplex=False)
     secrets_in, secrets_out = multiprocessing.Pipe(duplex=False)
     receiver = multiprocessing.Process(target=receive, args=(port_out, secrets_in), daemon=True)
@@ -218,18 +220,7 @@ def main() -> None:
         peak_mb = java_peak_rss_mb()
         spark.stop()
         receiver.kill()
-        engine.dispose()
-        local.down(settings)
-    summary = {
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "machine": f"{platform.platform()}, {os.cpu_count()} cores",
-        "load_average": os.getloadavg(),
-        "spark_jvm_peak_rss_mb": peak_mb,
-        "runs": results,
-    }
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / f"delivery-{int(time.time())}.json").write_text(json.dumps(summary, indent=2))
-    print(json.dumps(summary, indent=2))
+    return results, peak_mb
 
 
 if __name__ == "__main__":

@@ -31,15 +31,12 @@ import asyncio
 import json
 import multiprocessing
 import os
-import platform
 import random
-import shutil
 import signal
 import statistics
 import subprocess
 import sys
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -54,10 +51,11 @@ from wayline.delivery.metrics import DeliveryMetrics
 from wayline.pipelines.delivery import start_delivery
 from wayline.registry import catalog, customer, subscription
 from wayline.registry.access import ADMIN
-from wayline.registry.db import Database, make_engine, migrate
+from wayline.registry.db import Database
 from wayline.registry.endpoint import EndpointIn
-from wayline.stack import local
 from wayline.stack.spark import spark_session
+
+from fresh_stack import fresh_stack, machine
 
 RESULTS = Path(__file__).parent / "results"
 PER_CUSTOMER = 100
@@ -276,12 +274,15 @@ def main() -> None:
     args = parser.parse_args()
 
     state = RESULTS / "delivery_failures-state"
-    shutil.rmtree(state, ignore_errors=True)
-    settings = Settings(state_dir=state, registry={"url_allow_list": ["127.0.0.1/32"]})
-    local.up(settings)
-    engine = make_engine(settings)
-    migrate(engine)
-    database = Database(engine)
+    with fresh_stack(state, registry={"url_allow_list": ["127.0.0.1/32"]}) as (settings, database):
+        results = run_all(settings, database, args)
+    summary = {**machine(), "args": vars(args), "results": results}
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "delivery_failures.json").write_text(json.dumps(summary, indent=2))
+    print(json.dumps(summary, indent=2))
+
+
+def run_all(settings: Settings, database: Database, args: argparse.Namespace) -> list[dict[str, Any]]:
     port_in, port_out = multiprocessing.Pipe(duplex=False)
     receiver_process = multiprocessing.Process(target=receive, args=(port_out,), daemon=True)
     receiver_process.start()
@@ -299,18 +300,7 @@ def main() -> None:
         spark.stop()
         stop_process_group(retries)
         receiver_process.kill()
-        engine.dispose()
-        local.down(settings)
-    summary = {
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "machine": f"{platform.platform()}, {os.cpu_count()} cores",
-        "load_average": os.getloadavg(),
-        "args": vars(args),
-        "results": results,
-    }
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "delivery_failures.json").write_text(json.dumps(summary, indent=2))
-    print(json.dumps(summary, indent=2))
+    return results
 
 
 if __name__ == "__main__":

@@ -17,10 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import random
-import shutil
 import statistics
 import threading
 import time
@@ -32,13 +29,12 @@ from typing import Any
 from confluent_kafka import Consumer, Producer
 
 from wayline.core.kafka import ensure_topics
-from wayline.core.settings import Settings
 from wayline.delivery.attempt import Pending, Succeeded, WillRetry
 from wayline.delivery.drain import RetryQueue
 from wayline.delivery.store import PostgresDeliveryStore
 from wayline.delivery.transport import Response
-from wayline.registry.db import make_engine, migrate
-from wayline.stack import local
+
+from fresh_stack import fresh_stack, machine
 
 RESULTS = Path(__file__).parent / "results"
 PAYLOAD = b"x" * 512
@@ -112,15 +108,9 @@ def main() -> None:
     parser.add_argument("--drainers", type=int, default=2)
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
-    state = RESULTS / "retry_store-state"
-    shutil.rmtree(state, ignore_errors=True)
-    settings = Settings(state_dir=state)
-    local.up(settings)
-    engine = make_engine(settings)
-    migrate(engine)
     runs: list[dict[str, Any]] = []
-    try:
-        store, queue = PostgresDeliveryStore(engine), RetryQueue(engine)
+    with fresh_stack(RESULTS / "retry_store-state") as (settings, database):
+        store, queue = PostgresDeliveryStore(database.engine), RetryQueue(database.engine)
         for n in range(args.runs):
             run = f"r{n}"
             handed = hand_over(store, run, args.entries)
@@ -129,17 +119,8 @@ def main() -> None:
             runs.append({"hand_over_per_s": handed, "claim_settle_per_s": drained, "drained": count,
                          "kafka_produce_consume_per_s": kafka})
             print(json.dumps(runs[-1]), flush=True)
-    finally:
-        engine.dispose()
-        local.down(settings)
-    summary = {
-        "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": f"{platform.platform()}, {os.cpu_count()} cores",
-        "load_average": os.getloadavg(),
-        "args": vars(args),
-        "runs": runs,
-        "medians": {k: statistics.median(r[k] for r in runs) for k in runs[0]},
-    }
+    summary = {**machine(), "args": vars(args), "runs": runs,
+               "medians": {k: statistics.median(r[k] for r in runs) for k in runs[0]}}
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "retry_store.json").write_text(json.dumps(summary, indent=2))
     print(json.dumps(summary["medians"], indent=2))
