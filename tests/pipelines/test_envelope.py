@@ -26,8 +26,19 @@ def parsed(spark):
 
 
 def test_spark_verdicts_equal_the_reference(parsed) -> None:
-    got = {row["key"].decode(): (row["reason"], row["detail"]) for row in parsed.collect()}
-    expected = {case.name: (case.reason, expected_detail(case) if case.reason else None) for case in CASES}
+    from datetime import UTC, datetime, timedelta
+
+    from pyspark.sql import functions as F
+
+    EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+    # The instant as microseconds since the epoch: no time zone between Spark and the test.
+    rows = parsed.select("key", "reason", "detail", F.unix_micros("time").alias("micros")).collect()
+    got = {row["key"].decode(): (row["reason"], row["detail"], row["micros"]) for row in rows}
+    expected = {
+        case.name: (case.reason, expected_detail(case) if case.reason else None,
+                    case.time and (case.time - EPOCH) // timedelta(microseconds=1))
+        for case in CASES
+    }
     assert got == expected
 
 

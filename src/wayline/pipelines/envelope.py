@@ -24,6 +24,7 @@ from wayline.core.envelope import (
     SPEC_VERSION,
     SUBTENANT,
     TENANT,
+    TIME_PATTERN,
     Reason,
     missing_detail,
     oversize_detail,
@@ -103,7 +104,8 @@ def parse_events(kafka: DataFrame, *, max_bytes: int) -> DataFrame:
     for name in REQUIRED_ATTRIBUTES:
         any_missing = any_missing | F.col(name).isNull()
     reparsed = F.try_parse_json(text)
-    event_time = F.col("time").try_cast("timestamp")
+    # Only a time matching the reference's pattern is cast: Spark's cast alone takes "2025".
+    event_time = F.when(F.col("time").rlike(TIME_PATTERN), F.upper("time").try_cast("timestamp"))
     reason = (
         F.when(F.col("_size") == 0, F.lit(Reason.EMPTY.value))
         .when(F.col("_size") > max_bytes, F.lit(Reason.OVERSIZE.value))
