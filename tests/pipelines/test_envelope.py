@@ -52,7 +52,7 @@ def test_valid_events_have_typed_columns(parsed) -> None:
 
 
 def test_quarantine_keeps_the_original_record_and_says_why(parsed) -> None:
-    rows = quarantine_records(parsed, "wayline.quarantine").collect()
+    rows = quarantine_records(parsed, "wayline.quarantine", 1_047_552).drop("truncated").collect()
     by_key = {row["key"].decode(): row for row in rows}
     assert set(by_key) == {case.name for case in CASES if case.reason}
     original = {case.name: case for case in CASES}
@@ -64,3 +64,26 @@ def test_quarantine_keeps_the_original_record_and_says_why(parsed) -> None:
         assert headers["wayline-source-topic"] == "events.test"
     kept = {h["key"] for h in by_key["binary mode, no tenant"]["headers"]}
     assert {"ce_id", "ce_type"} <= kept
+
+
+def test_a_copy_over_the_limit_references_its_original(parsed) -> None:
+    import orjson
+
+    oversize = next(case for case in CASES if case.reason == "oversize")
+    assert oversize.value is not None
+    # Between the largest other bad record's copy and the oversize one's.
+    limit = len(oversize.value) + 300
+    rows = {row["key"].decode(): row for row in quarantine_records(parsed, "q", limit).collect()}
+    truncated = {key for key, row in rows.items() if row["truncated"]}
+    assert truncated == {oversize.name}
+    copy = rows[oversize.name]
+    offset = CASES.index(oversize)
+    assert orjson.loads(copy["value"]) == {"topic": "events.test", "partition": 0, "offset": offset}
+    headers = {h["key"]: h["value"].decode() for h in copy["headers"]}
+    assert headers["wayline-quarantine-reason"] == "oversize"
+    assert headers["wayline-source-offset"] == str(offset)
+    why = headers["wayline-quarantine-truncated"]
+    assert why.startswith("the copy would be ") and f"bytes, over the {limit}-byte limit" in why
+    assert not set(headers) & {name for name, _ in oversize.headers}, "no original headers"
+    assert all(row["value"] == next(c for c in CASES if c.name == key).value
+               for key, row in rows.items() if key not in truncated)

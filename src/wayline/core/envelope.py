@@ -58,6 +58,8 @@ DETAIL_HEADER = "wayline-quarantine-detail"
 SOURCE_TOPIC_HEADER = "wayline-source-topic"
 SOURCE_PARTITION_HEADER = "wayline-source-partition"
 SOURCE_OFFSET_HEADER = "wayline-source-offset"
+# On a copy too large for Kafka, which then references the original instead of holding it.
+TRUNCATED_HEADER = "wayline-quarantine-truncated"
 
 
 class Reason(StrEnum):
@@ -227,6 +229,7 @@ __all__ = [
     "SUBTENANT",
     "TENANT",
     "TIME_PATTERN",
+    "TRUNCATED_HEADER",
     "missing_detail",
     "oversize_detail",
     "parse_record",
