@@ -51,7 +51,7 @@ class HttpSettings:
     """Which non-public addresses may be reached; by default none."""
 
 
-class AddressRefused(OSError):
+class _AddressRefused(OSError):
     """The URL policy refused an address a host resolved to; the message says why."""
 
 
@@ -72,7 +72,7 @@ class _PolicyResolver(AbstractResolver):
         for result in results:
             refusal = self._policy.refusal(host, ipaddress.ip_address(result["host"]))
             if refusal is not None:
-                raise AddressRefused(refusal)
+                raise _AddressRefused(refusal)
         return results
 
     async def close(self) -> None:
@@ -170,10 +170,10 @@ def _literal_refusal(url: str, policy: AddressPolicy) -> str | None:
     return policy.refusal(host or "", address)
 
 
-def _refused_in(exc: BaseException) -> AddressRefused | None:
+def _refused_in(exc: BaseException) -> _AddressRefused | None:
     """The resolver's refusal, which aiohttp wraps in its own connection error."""
     cause: BaseException | None = exc
-    while cause is not None and not isinstance(cause, AddressRefused):
+    while cause is not None and not isinstance(cause, _AddressRefused):
         cause = cause.__cause__ or getattr(cause, "os_error", None)
     return cause
 
@@ -201,7 +201,6 @@ __all__ = [
     "DEFAULT_KEEPALIVE_S",
     "DEFAULT_MAX_RESPONSE_BYTES",
     "USER_AGENT",
-    "AddressRefused",
     "AiohttpTransport",
     "HttpSettings",
     "transport_for",
