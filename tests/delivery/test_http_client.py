@@ -156,6 +156,7 @@ def test_an_address_the_allow_list_admits_is_delivered_to(allow_list: list[str],
     [
         ("127.0.0.1", "loopback"),
         ("localhost", "loopback"),  # a name: refused by the resolver, at connect time
+        ("0x7f.0.0.1", "loopback"),  # a legacy numeric form, which only the resolver reads as an address
         ("[::ffff:127.0.0.1]", "loopback: it embeds 127.0.0.1"),
         ("[64:ff9b::7f00:1]", "loopback: it embeds 127.0.0.1"),
         ("[2002:7f00:1::]", "loopback: it embeds 127.0.0.1"),

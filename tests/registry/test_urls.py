@@ -54,7 +54,8 @@ def test_the_allow_list_admits_names_and_ranges_of_their_own_ip_version_only() -
     assert policy.refusal("a", ipaddress.ip_address("fd00::5")) is None
     assert policy.refusal("a", ipaddress.ip_address("8.8.8.8")) is None
     # 0.0.0.1 is 1 as a number, like ::1 and like an address inside ::/96: never mixed.
-    assert policy.refusal("a", ipaddress.ip_address("0.0.0.1")) is not None
+    assert policy.refusal("0.0.0.1", ipaddress.ip_address("0.0.0.1")) == (
+        "0.0.0.1 is not a public address (private); an operator must add it to registry.url_allow_list")
     assert AddressPolicy.of(["::/96"]).refusal("a", ipaddress.ip_address("0.0.0.1")) is not None
     refusal = policy.refusal("a", ipaddress.ip_address("64:ff9b::7f00:1"))
     assert refusal == ("a resolves to 64:ff9b::7f00:1, which is not a public address (loopback: it embeds "

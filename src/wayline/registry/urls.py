@@ -105,8 +105,8 @@ class AddressPolicy:
         # (Versions are compared first: ipaddress answers mixed-version membership wrongly.)
         if any(address.version == network.version and address in network for network in self.networks):
             return None
-        return (f"{host} resolves to {address}, which is not a public address ({reason}); "
-                "an operator must add it to registry.url_allow_list")
+        named = str(address) if host == str(address) else f"{host} resolves to {address}, which"
+        return f"{named} is not a public address ({reason}); an operator must add it to registry.url_allow_list"
 
 
 def check_endpoint_url(url: str, allow_list: Sequence[str], resolver: Resolver = resolve) -> str:
