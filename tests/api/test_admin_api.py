@@ -175,11 +175,17 @@ def test_customer_keys_see_only_their_own(admin, make_customer, catalog) -> None
 
 @pytest.mark.parametrize("url, problem", [
     ("ftp://example.com/x", "scheme must be http or https"),
-    ("http://10.1.2.3/hook", "private, loopback or link-local"),
-    ("http://169.254.169.254/latest/meta-data", "private, loopback or link-local"),
-    ("http://[::1]:8080/hook", "private, loopback or link-local"),
-    ("http://192.168.0.10/hook", "private, loopback or link-local"),
+    ("http://10.1.2.3/hook", "not a public address (private)"),
+    ("http://169.254.169.254/latest/meta-data", "not a public address (link-local)"),
+    ("http://[::1]:8080/hook", "not a public address (loopback)"),
+    ("http://192.168.0.10/hook", "not a public address (private)"),
+    # NAT64 and 6to4 forms of loopback, which Python calls global; 127.0.0.1/32 admits neither.
+    ("http://[64:ff9b::7f00:1]/hook", "(loopback: it embeds 127.0.0.1)"),
+    ("http://[2002:7f00:1::]/hook", "(loopback: it embeds 127.0.0.1)"),
+    ("http://[ff02::1]/hook", "(multicast)"),
     ("http://user:pw@example.com/hook", "credentials in the URL"),
+    ("http://127.0.0.1:9/hook\r\nX-Injected: 1", "control character '\\r'"),
+    ("http://127.0.0.1:9/a\tb", "control character '\\t'"),
 ])
 def test_endpoint_urls_that_reach_inside_are_refused(admin, url, problem) -> None:
     customer = admin.post("/customers", json={"name": "ssrf"}).json()

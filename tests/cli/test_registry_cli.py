@@ -55,7 +55,7 @@ def test_operator_walkthrough(wayline) -> None:
 
 def test_errors_are_one_readable_line(wayline) -> None:
     customer = first(r"cus_[a-z0-9]+", wayline("customers", "create", "Err Co"))
-    assert "private, loopback or link-local" in wayline("endpoints", "create", "http://10.0.0.1/x", "--customer", customer, ok=False)
+    assert "not a public address (private)" in wayline("endpoints", "create", "http://10.0.0.1/x", "--customer", customer, ok=False)
     endpoint = first(r"ep_[a-z0-9]+", wayline("endpoints", "create", "http://127.0.0.1:9/e", "--customer", customer))
     out = wayline("subscriptions", "create", "--endpoint", endpoint, "--type", "no.such.type", ok=False)
     assert "error: event_types: unknown event type(s) no.such.type" in out and "Traceback" not in out

@@ -44,6 +44,8 @@ def inspect_view(counts: InspectCounts, input_rate: float, processed_rate: float
     reasons.add_column("records", justify="right")
     for reason, count in per_reason.most_common():
         reasons.add_row(reason, f"{count:,}")
+    if counts.truncated:
+        reasons.caption = f"{counts.truncated:,} too large for Kafka: copied as a reference to the original"
     return Group(summary, types, reasons)
 
 

@@ -40,6 +40,11 @@ class KafkaSettings(_Section):
     )
     event_topic_prefix: str = "events."
     quarantine_topic: str = "wayline.quarantine"
+    quarantine_max_bytes: int = Field(
+        default=1_047_552, ge=4096,
+        description="a quarantine copy larger than this (as Kafka sizes a record) carries a reference to the "
+                    "original instead of its value; default: Kafka's 1 MiB message limit less 1 KiB",
+    )
     topic_partitions: int = 2
     max_offsets_per_trigger: int = 200_000
     starting_offsets: str = "earliest"

@@ -82,7 +82,7 @@ from wayline.delivery.dead_letter import (
 from wayline.delivery.dispatch import Dispatcher, TokenBucket
 from wayline.delivery.drain import Buried, Claim, EndpointHealth, Failing, RetryQueue, run_retry_stage
 from wayline.delivery.holder import Polled, SnapshotHolder, Versioned
-from wayline.delivery.http_client import AiohttpTransport, HttpSettings
+from wayline.delivery.http_client import AiohttpTransport, HttpSettings, transport_for
 from wayline.delivery.metrics import DeliveryMetrics, Overview
 from wayline.delivery.operations import (
     OperationalEvent,
@@ -239,4 +239,5 @@ __all__ = [
     "sign",
     "signed_headers",
     "target_of",
+    "transport_for",
 ]

@@ -55,11 +55,11 @@ from wayline.delivery.outcomes import BatchSummary, Tally
 from wayline.delivery.stage import StageSettings
 from wayline.delivery.targets import Target, target_of
 from wayline.pipelines.batching import BATCH_TOPIC_CONFIG, bundles, chunk_batch_pairs, full_batches, start_batching
-from wayline.pipelines.envelope import ENVELOPE_COLUMNS, parse_events, quarantine_records
+from wayline.pipelines.envelope import ENVELOPE_COLUMNS, parse_events
 from wayline.pipelines.matching import match_events, match_keys_frame
 from wayline.pipelines.micro_batch import concise_failures
 from wayline.pipelines.sending import PartitionSender, send, task_settings
-from wayline.pipelines.source import read_kafka, write_to_kafka
+from wayline.pipelines.source import read_kafka, write_quarantine, write_to_kafka
 from wayline.registry import subscription
 from wayline.registry.access import Caller
 from wayline.registry.db import Database
@@ -199,7 +199,7 @@ def deliver_micro_batch(
         quarantined = Counter({reason: count for reason, count in by_reason.items() if reason is not None})
         if quarantined:
             with timed(phases, "quarantine"):
-                write_to_kafka(quarantine_records(parsed, settings.kafka.quarantine_topic), settings)
+                write_quarantine(parsed, settings)
         pairs = match_events(events_with_bodies(parsed), live.keys, live.snapshot).join(
             F.broadcast(live.routes), "subscription_id",
         ).persist()

@@ -104,6 +104,7 @@ from typing import Any, Literal, TypeAlias
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 
+from wayline.core.envelope import parse_time
 from wayline.core.errors import RejectedInput
 
 STRING_FIELDS = ("id", "source", "type", "subject", "tenantid", "subtenantid")
@@ -192,7 +193,6 @@ _COMPARISONS: Mapping[CompareOp, Callable[[Any, Any], Any]] = {
     "$eq": operator.eq, "$gt": operator.gt, "$gte": operator.ge, "$lt": operator.lt, "$lte": operator.le,
 }
 _STEP = re.compile(r"\.([^.\[\]]+)|\[(\d{1,6})\]")
-_RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})")
 
 
 # --- Parsing -------------------------------------------------------------------------
@@ -377,12 +377,9 @@ def _text(raw: str, where: str) -> str:
 
 
 def _timestamp(raw: object, where: str) -> datetime:
-    if isinstance(raw, str) and _RFC3339.fullmatch(raw):
-        try:
-            # Python keeps microseconds and drops finer digits, as Spark's timestamps do.
-            return datetime.fromisoformat(raw.upper())
-        except ValueError:
-            pass
+    instant = parse_time(raw) if isinstance(raw, str) else None
+    if instant is not None:
+        return instant
     raise _rejected(
         where, f'time compares with RFC 3339 timestamps such as "2025-01-31T12:00:00Z", got {_describe(raw)}'
     )
