@@ -11,13 +11,14 @@ import typer
 from rich.console import RenderableType
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from wayline.cli.output import console, guarded, watch
+from wayline.cli.output import console, guarded, job_log_file, watch
 from wayline.cli.registry import APPS
 from wayline.cli.rules import rules_app, watch_rules
 from wayline.core.errors import WaylineError
 from wayline.core.kafka import ensure_topics
 from wayline.core.settings import Settings
 from wayline.stack import loadgen, local
+from wayline.stack.logs import job_log
 
 if TYPE_CHECKING:
     from wayline.stack.receiver import Receiver
@@ -109,20 +110,21 @@ def _watch_inspect(settings: Settings, stop_when: Callable[[], bool] = lambda: F
     from wayline.pipelines.inspect import InspectCounts, start_inspect
     from wayline.stack.spark import spark_session
 
-    with console.status("starting Spark…"):
-        spark = spark_session(settings)
-    counts = InspectCounts()
-    query = start_inspect(spark, settings, counts)
+    with job_log(job_log_file(settings, "inspect")):
+        with console.status("starting Spark…"):
+            spark = spark_session(settings)
+        counts = InspectCounts()
+        query = start_inspect(spark, settings, counts)
 
-    def view() -> RenderableType:
-        progress = query.lastProgress or {}
-        return inspect_view(counts, float(progress.get("inputRowsPerSecond") or 0),
-                            float(progress.get("processedRowsPerSecond") or 0))
+        def view() -> RenderableType:
+            progress = query.lastProgress or {}
+            return inspect_view(counts, float(progress.get("inputRowsPerSecond") or 0),
+                                float(progress.get("processedRowsPerSecond") or 0))
 
-    try:
-        watch(query, view, "inspect query", stop_when)
-    finally:
-        spark.stop()
+        try:
+            watch(query, view, "inspect query", stop_when)
+        finally:
+            spark.stop()
 
 
 @run_app.command("inspect")
@@ -151,27 +153,28 @@ def _watch_delivery(settings: Settings, receiver: Receiver | None = None,
                            "WAYLINE_DELIVERY__METRICS_PORT")
     engine = make_engine(settings)
     try:
-        with console.status("starting Spark…"):
-            spark = spark_session(settings)
-        job = start_delivery(spark, settings, Database(engine), endpoint_service(settings), metrics)
-        console.print(f"delivering; metrics at {server.url}; Ctrl-C stops")
+        with job_log(job_log_file(settings, "delivery")):
+            with console.status("starting Spark…"):
+                spark = spark_session(settings)
+            job = start_delivery(spark, settings, Database(engine), endpoint_service(settings), metrics)
+            console.print(f"delivering; metrics at {server.url}; Ctrl-C stops")
 
-        def view() -> RenderableType:
-            progress = job.matching.lastProgress or {}
-            return delivery_view(metrics.overview(), float(progress.get("inputRowsPerSecond") or 0),
-                                 receiver.stats() if receiver else {})
+            def view() -> RenderableType:
+                progress = job.matching.lastProgress or {}
+                return delivery_view(metrics.overview(), float(progress.get("inputRowsPerSecond") or 0),
+                                     receiver.stats() if receiver else {})
 
-        retry_query = (start_retries(spark, settings, Database(engine), endpoint_service(settings), metrics)
-                       if retries else None)
-        try:
-            watch(job, view, "delivery job",
-                  lambda: stop_when() or (retry_query is not None and not retry_query.isActive))
-            if retry_query is not None and retry_query.exception() is not None:
-                raise WaylineError(f"the retry query failed: {retry_query.exception()}")
-        finally:
-            if retry_query is not None:
-                retry_query.stop()
-            spark.stop()
+            retry_query = (start_retries(spark, settings, Database(engine), endpoint_service(settings), metrics)
+                           if retries else None)
+            try:
+                watch(job, view, "delivery job",
+                      lambda: stop_when() or (retry_query is not None and not retry_query.isActive))
+                if retry_query is not None and retry_query.exception() is not None:
+                    raise WaylineError(f"the retry query failed: {retry_query.exception()}")
+            finally:
+                if retry_query is not None:
+                    retry_query.stop()
+                spark.stop()
     finally:
         server.close()
         engine.dispose()
@@ -209,22 +212,23 @@ def run_retries() -> None:
                            "WAYLINE_DELIVERY__RETRY_METRICS_PORT")
     engine = make_engine(settings)
     try:
-        with console.status("starting Spark…"):
-            spark = spark_session(settings)
-        query = start_retries(spark, settings, Database(engine), endpoint_service(settings), metrics)
-        console.print(f"draining retries every {settings.delivery.retry_poll_s:g} s; metrics at {server.url}; "
-                      "Ctrl-C stops")
+        with job_log(job_log_file(settings, "retries")):
+            with console.status("starting Spark…"):
+                spark = spark_session(settings)
+            query = start_retries(spark, settings, Database(engine), endpoint_service(settings), metrics)
+            console.print(f"draining retries every {settings.delivery.retry_poll_s:g} s; metrics at {server.url}; "
+                          "Ctrl-C stops")
 
-        def view() -> RenderableType:
-            seen = metrics.overview()
-            return (f"{seen.deliveries[Outcome.DELIVERED]:,} delivered on retry · "
-                    f"{seen.deliveries[Outcome.RETRIED]:,} to retry again · "
-                    f"{seen.deliveries[Outcome.DEAD_LETTERED]:,} dead-lettered")
+            def view() -> RenderableType:
+                seen = metrics.overview()
+                return (f"{seen.deliveries[Outcome.DELIVERED]:,} delivered on retry · "
+                        f"{seen.deliveries[Outcome.RETRIED]:,} to retry again · "
+                        f"{seen.deliveries[Outcome.DEAD_LETTERED]:,} dead-lettered")
 
-        try:
-            watch(query, view, "retry query")
-        finally:
-            spark.stop()
+            try:
+                watch(query, view, "retry query")
+            finally:
+                spark.stop()
     finally:
         server.close()
         engine.dispose()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 import typer
@@ -14,6 +15,7 @@ from rich.console import Console, RenderableType
 from rich.live import Live
 
 from wayline.core.errors import WaylineError
+from wayline.core.settings import Settings
 
 console = Console()
 F = TypeVar("F", bound=Callable[..., Any])
@@ -37,6 +39,14 @@ def guarded(command: F) -> F:
             raise typer.Exit(1) from exc
 
     return run  # type: ignore[return-value]
+
+
+def job_log_file(settings: Settings, job: str) -> Path:
+    """Where a job's standard error goes while its live view has the terminal
+    (:func:`wayline.stack.logs.job_log`); said once, before the view starts."""
+    log_file = (settings.state_dir / "logs" / f"{job}.log").resolve()
+    console.print(f"{job} log: {log_file}", soft_wrap=True)
+    return log_file
 
 
 class Running(Protocol):
@@ -68,4 +78,4 @@ def watch(job: Running, view: Callable[[], RenderableType], what: str,
         job.stop()
 
 
-__all__ = ["Running", "console", "guarded", "watch"]
+__all__ = ["Running", "console", "guarded", "job_log_file", "watch"]
