@@ -4,6 +4,7 @@ and the pipelines."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated
 
@@ -249,6 +250,66 @@ def serve_admin(
     settings = Settings()
     uvicorn.run(create_app(settings, Database(make_engine(settings))),
                 host=host or settings.api.host, port=port or settings.api.port)
+
+
+def _path_secrets(given: list[str]) -> dict[str, list[str]]:
+    secrets: dict[str, list[str]] = {}
+    for item in given:
+        path, sep, secret = item.partition("=")
+        if not sep or not path.startswith("/") or not secret:
+            raise typer.BadParameter(f"{item!r}: write PATH=SECRET, e.g. /hooks=whsec_…", param_hint="--secret")
+        secrets.setdefault(path, []).append(secret)
+    return secrets
+
+
+@app.command()
+@guarded
+def receive(
+    port: Annotated[int, typer.Option(help="port to listen on, on 127.0.0.1")] = 9000,
+    secret: Annotated[list[str], typer.Option(
+        help="PATH=SECRET: check requests to PATH against this signing secret (repeatable); without it, "
+             "against the secrets of the local registry's endpoints at this receiver's address",
+    )] = [],
+) -> None:
+    """A webhook receiver on 127.0.0.1: checks each request's Standard Webhooks signature and
+    shows requests, events, bad signatures and latency per path; Ctrl-C stops."""
+    from rich.live import Live
+
+    from wayline.api.app import endpoint_service
+    from wayline.cli.views import received_table
+    from wayline.registry.db import Database, make_engine
+    from wayline.stack.receiver import Receiver, ReceiverServer, registry_secrets
+
+    given = _path_secrets(secret)
+    settings = Settings()
+    engine = None if given else make_engine(settings)
+    receiver = Receiver(given)
+    server = ReceiverServer(receiver, port)
+    bases = [server.url, f"http://localhost:{server.port}"]
+
+    def trust_registry() -> None:  # endpoints made or rotated while it runs are trusted too
+        if engine is not None:
+            receiver.trust(registry_secrets(Database(engine), endpoint_service(settings), bases))
+
+    try:
+        trust_registry()
+        console.print(f"receiving on {server.url}/<path>; counts as JSON at {server.url}/stats; Ctrl-C stops",
+                      soft_wrap=True)
+        with Live(received_table(receiver.stats()), console=console, refresh_per_second=2) as live:
+            while True:
+                for _ in range(10):
+                    time.sleep(0.5)
+                    live.update(received_table(receiver.stats()))
+                trust_registry()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.close()
+        if engine is not None:
+            engine.dispose()
+    total = receiver.totals()
+    console.print(f"received {total.requests:,} requests ({total.events:,} events), "
+                  f"{total.rejected:,} with a bad signature")
 
 
 @app.command()
