@@ -21,6 +21,7 @@ def test_a_taken_port_falls_back_to_a_free_one_and_logs_it(caplog: pytest.LogCap
         try:
             served = server.server.server_port
             assert served != port and server.url == f"http://127.0.0.1:{served}/metrics"
+            assert server.where == f"{server.url} (port {port} was taken)"
             with urllib.request.urlopen(server.url, timeout=10) as response:
                 assert b"wayline_delivery" in response.read()
         finally:

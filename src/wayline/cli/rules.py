@@ -127,7 +127,7 @@ def watch_rules(settings: Settings) -> None:
                 job = RulesJob(spark, settings, Database(engine), settings.checkpoint_root / "rules", control).start()
                 server = serve_metrics(RulesMetrics(job.counters), settings.rules.metrics_host, settings.rules.metrics_port,
                                        "WAYLINE_RULES__METRICS_PORT")
-                console.print(f"running rules; control topic {settings.rules.control_topic}; metrics at {server.url}; "
+                console.print(f"running rules; control topic {settings.rules.control_topic}; metrics at {server.where}; "
                               "Ctrl-C stops")
                 try:
                     with Live(console=console, refresh_per_second=2) as live:

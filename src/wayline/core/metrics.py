@@ -26,10 +26,17 @@ class MetricsServer:
     server: WSGIServer
     thread: threading.Thread
     host: str
+    taken_port: int | None = None
+    """The port asked for, when it was taken and this one served instead."""
 
     @property
     def url(self) -> str:
         return f"http://{self.host}:{self.server.server_port}/metrics"
+
+    @property
+    def where(self) -> str:
+        """The URL, saying so when it is not the port asked for."""
+        return self.url + (f" (port {self.taken_port} was taken)" if self.taken_port else "")
 
     def close(self) -> None:
         self.server.shutdown()
@@ -51,6 +58,7 @@ def serve_metrics(collector: Collector, host: str, port: int, port_setting: str)
         server, thread = start_http_server(0, addr=host, registry=registry)
         _log.warning("metrics port %d on %s is taken (another job or user?): /metrics is on port %d instead; "
                      "set %s to choose one", port, host, server.server_port, port_setting)
+        return MetricsServer(server, thread, host, taken_port=port)
     return MetricsServer(server, thread, host)
 
 
