@@ -64,7 +64,8 @@ def watch(job: Running, view: Callable[[], RenderableType], what: str,
           stop_when: Callable[[], bool] = lambda: False) -> None:
     """Show ``view`` twice a second while ``job`` runs, until Ctrl-C or ``stop_when``; then stop it."""
     try:
-        with Live(view(), console=console, refresh_per_second=2) as live:
+        # stderr stays where job_log points it (the job's log file), not above the view.
+        with Live(view(), console=console, refresh_per_second=2, redirect_stderr=False) as live:
             while job.isActive and not stop_when():
                 live.update(view())
                 # Not awaitTermination: Ctrl-C must land outside a call into the JVM.

@@ -130,7 +130,8 @@ def watch_rules(settings: Settings) -> None:
                 console.print(f"running rules; control topic {settings.rules.control_topic}; metrics at {server.where}; "
                               "Ctrl-C stops")
                 try:
-                    with Live(console=console, refresh_per_second=2) as live:
+                    # stderr stays where job_log points it (the job's log file), not above the view.
+                    with Live(console=console, refresh_per_second=2, redirect_stderr=False) as live:
                         while True:
                             job.raise_if_failed()
                             live.update(_view(job))
