@@ -136,10 +136,12 @@ def run_inspect() -> None:
 
 
 def _watch_delivery(settings: Settings, receiver: Receiver | None = None,
-                    stop_when: Callable[[], bool] = lambda: False, *, retries: bool = False) -> None:
+                    stop_when: Callable[[], bool] = lambda: False, *, retries: bool = False,
+                    on_running: Callable[[], None] = lambda: None) -> None:
     """Run the delivery job with a live view until Ctrl-C (or ``stop_when``); with a local
     ``receiver``, the view shows what each of its endpoints got. With ``retries``, the retry
-    query runs beside it in the same Spark session (counted in the same metrics)."""
+    query runs beside it in the same Spark session (counted in the same metrics).
+    ``on_running`` is called once the queries run, before the view starts."""
     from wayline.api.app import endpoint_service
     from wayline.cli.views import delivery_view
     from wayline.core.metrics import serve_metrics
@@ -158,7 +160,7 @@ def _watch_delivery(settings: Settings, receiver: Receiver | None = None,
             with console.status("starting Spark…"):
                 spark = spark_session(settings)
             job = start_delivery(spark, settings, Database(engine), endpoint_service(settings), metrics)
-            console.print(f"delivering; metrics at {server.url}; Ctrl-C stops")
+            console.print(f"delivering; metrics at {server.where}; Ctrl-C stops")
 
             def view() -> RenderableType:
                 progress = job.matching.lastProgress or {}
@@ -167,6 +169,7 @@ def _watch_delivery(settings: Settings, receiver: Receiver | None = None,
 
             retry_query = (start_retries(spark, settings, Database(engine), endpoint_service(settings), metrics)
                            if retries else None)
+            on_running()
             try:
                 watch(job, view, "delivery job",
                       lambda: stop_when() or (retry_query is not None and not retry_query.isActive))
@@ -217,7 +220,7 @@ def run_retries() -> None:
             with console.status("starting Spark…"):
                 spark = spark_session(settings)
             query = start_retries(spark, settings, Database(engine), endpoint_service(settings), metrics)
-            console.print(f"draining retries every {settings.delivery.retry_poll_s:g} s; metrics at {server.url}; "
+            console.print(f"draining retries every {settings.delivery.retry_poll_s:g} s; metrics at {server.where}; "
                           "Ctrl-C stops")
 
             def view() -> RenderableType:
@@ -353,8 +356,10 @@ def demo(
         receiver.receiver.trust(seeded.secrets)
         for described in seeded.subscriptions.values():
             console.print(f"  subscription {described}")
-        producer.start()
-        _watch_delivery(settings, receiver.receiver, stop_when=lambda: bool(failures), retries=True)
+        # Events start once the job runs: a backlog built while Spark starts would make the
+        # first look at the latencies a look at that backlog.
+        _watch_delivery(settings, receiver.receiver, stop_when=lambda: bool(failures), retries=True,
+                        on_running=producer.start)
     finally:
         stop.set()
         if producer.is_alive():
