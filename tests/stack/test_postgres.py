@@ -72,3 +72,13 @@ def test_the_data_of_a_removed_state_dir_is_removed_at_the_next_start(tmp_path: 
     kept = postgres_files(Settings(state_dir=tmp_path / "kept")).home
     assert not abandoned.exists() and kept.is_dir() and kept.parent == abandoned.parent
     assert postgres_files(Settings(state_dir=tmp_path / "kept")).home == kept
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root runs PostgreSQL as a separate system user")
+def test_a_state_dir_from_before_the_move_keeps_its_data(tmp_path: Path) -> None:
+    legacy = tmp_path / "state" / "postgres" / "data"
+    legacy.mkdir(parents=True)
+    (legacy / "PG_VERSION").write_text("18\n")
+    files = postgres_files(Settings(state_dir=tmp_path / "state"))
+    assert (files.pgdata / "PG_VERSION").read_text() == "18\n" and not legacy.exists()
+    assert files.pgdata.stat().st_uid == files.account.pw_uid == (files.pgdata / "PG_VERSION").stat().st_uid

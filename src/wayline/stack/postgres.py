@@ -67,7 +67,7 @@ def postgres_files(settings: Settings) -> PostgresFiles:
         return PostgresFiles(package / "pginstall" / "bin", (settings.state_dir / "postgres").resolve(), None)
     account = _service_account()
     base = settings.stack.service_dir.resolve()
-    base.mkdir(parents=True, exist_ok=True)
+    _shared_folder(base)
     if not _traversable_by(base, account):
         raise StackError(
             f"{base} is out of reach of the {SERVICE_USER} user PostgreSQL runs as under root "
@@ -93,6 +93,13 @@ def _service_account() -> pwd.struct_passwd:
             f"PostgreSQL refuses to run as root and the system user {SERVICE_USER} could not be created: "
             f"{made.stderr.strip() or made.returncode}"
         ) from None
+
+
+def _shared_folder(path: Path) -> None:
+    """Make ``path`` if missing, open to others whatever root's umask (only folders we make)."""
+    if not path.is_dir():
+        path.mkdir(parents=True, exist_ok=True)
+        path.chmod(0o755)
 
 
 def _traversable_by(path: Path, account: pwd.struct_passwd) -> bool:
@@ -143,7 +150,7 @@ def _installed_copy(package: Path, target: Path) -> Path:
 def _instance_home(state_dir: Path, data_root: Path, account: pwd.struct_passwd) -> Path:
     """The service user's folder for this state dir's data, named in ``<state_dir>/postgres/instance``."""
     marker = state_dir / "postgres" / "instance"
-    data_root.mkdir(exist_ok=True)
+    _shared_folder(data_root)
     _remove_abandoned(data_root)
     try:
         home = data_root / marker.read_text().strip()
