@@ -82,16 +82,20 @@ def _service_account() -> pwd.struct_passwd:
         return pwd.getpwnam(SERVICE_USER)
     except KeyError:
         pass
-    made = subprocess.run(
-        ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", SERVICE_USER],
-        capture_output=True, text=True, check=False,
-    )
+    try:
+        made = subprocess.run(
+            ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", SERVICE_USER],
+            capture_output=True, text=True, check=False,
+        )
+        problem = made.stderr.strip() or f"useradd exited with {made.returncode}"
+    except OSError as exc:
+        problem = str(exc)
     try:
         return pwd.getpwnam(SERVICE_USER)  # made now, or by a start running beside this one
     except KeyError:
         raise StackError(
-            f"PostgreSQL refuses to run as root and the system user {SERVICE_USER} could not be created: "
-            f"{made.stderr.strip() or made.returncode}"
+            f"PostgreSQL refuses to run as root and the system user {SERVICE_USER} could not be created "
+            f"({problem}); create it, or run Wayline as another user"
         ) from None
 
 
