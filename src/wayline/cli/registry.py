@@ -106,8 +106,12 @@ def create_key(
     body = api_key.ApiKeyIn(name=name, scope="customer" if customer_id else "admin", customer_id=customer_id)
     with registry() as (session, _):
         made = api_key.create(session, ADMIN, body)
-    show([made], KEY_COLUMNS, "API key created")
-    console.print(f"key (shown once): [bold]{made.key}[/]")
+    # Lines, not a table: a narrow terminal must not cut the id or break the key, which is
+    # copied from here and never shown again.
+    owner = f" for {made.customer_id}" if made.customer_id else ""
+    console.print(f"API key {made.id} created: {made.name!r}, {made.scope}{owner}", soft_wrap=True, markup=False)
+    console.print("key (shown once, on the next line):")
+    console.print(made.key, soft_wrap=True, markup=False, highlight=False)
 
 
 @keys_app.command("list")

@@ -11,9 +11,10 @@ import typer
 from rich.live import Live
 from rich.table import Table
 
-from wayline.cli.output import console, guarded
+from wayline.cli.output import console, guarded, job_log_file
 from wayline.cli.registry import Limit, registry, show
 from wayline.core.settings import Settings
+from wayline.stack.logs import job_log
 from wayline.registry import rule
 from wayline.registry.access import ADMIN
 
@@ -116,32 +117,36 @@ def watch_rules(settings: Settings) -> None:
     from wayline.stack.spark import spark_session
 
     engine = make_engine(settings)
-    control = ControlTopic(settings)
     server = None
     try:
-        with console.status("starting Spark…"):
-            spark = spark_session(settings)
-        job = RulesJob(spark, settings, Database(engine), settings.checkpoint_root / "rules", control).start()
-        server = serve_metrics(RulesMetrics(job.counters), settings.rules.metrics_host, settings.rules.metrics_port,
-                               "WAYLINE_RULES__METRICS_PORT")
-        console.print(f"running rules; control topic {settings.rules.control_topic}; metrics at {server.url}; "
-                      "Ctrl-C stops")
-        try:
-            with Live(console=console, refresh_per_second=2) as live:
-                while True:
-                    job.raise_if_failed()
-                    live.update(_view(job))
-                    # Not awaitTermination: Ctrl-C must land outside a call into the JVM.
-                    time.sleep(0.5)
-        except KeyboardInterrupt:
-            console.print("stopping…")
-        finally:
-            job.stop()
-            spark.stop()
+        with job_log(job_log_file(settings, "rules")):
+            control = ControlTopic(settings)
+            try:
+                with console.status("starting Spark…"):
+                    spark = spark_session(settings)
+                job = RulesJob(spark, settings, Database(engine), settings.checkpoint_root / "rules", control).start()
+                server = serve_metrics(RulesMetrics(job.counters), settings.rules.metrics_host, settings.rules.metrics_port,
+                                       "WAYLINE_RULES__METRICS_PORT")
+                console.print(f"running rules; control topic {settings.rules.control_topic}; metrics at {server.where}; "
+                              "Ctrl-C stops")
+                try:
+                    # stderr stays where job_log points it (the job's log file), not above the view.
+                    with Live(console=console, refresh_per_second=2, redirect_stderr=False) as live:
+                        while True:
+                            job.raise_if_failed()
+                            live.update(_view(job))
+                            # Not awaitTermination: Ctrl-C must land outside a call into the JVM.
+                            time.sleep(0.5)
+                except KeyboardInterrupt:
+                    console.print("stopping…")
+                finally:
+                    job.stop()
+                    spark.stop()
+            finally:
+                control.close()
     finally:
         if server is not None:
             server.close()
-        control.close()
         engine.dispose()
 
 

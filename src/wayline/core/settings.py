@@ -30,6 +30,13 @@ from wayline.core.errors import ConfigError
 CONFIG_FILE_ENV = "WAYLINE_CONFIG"
 
 
+def _in_checkout(*parts: str) -> Path:
+    """A path in the checkout Wayline runs from (an editable install), so commands find the
+    repo's `make jars` output from any working directory; elsewhere, relative to it."""
+    checkout = Path(__file__).resolve().parents[3]
+    return checkout.joinpath(*parts) if (checkout / "pom.xml").is_file() else Path(*parts)
+
+
 class _Section(BaseModel, frozen=True, extra="forbid"):
     """A group of settings; a misspelt key is an error, not a silent default."""
 
@@ -66,7 +73,7 @@ class SparkSettings(_Section):
     app_name: str = "wayline"
     shuffle_partitions: int = 2
     driver_memory: str = "2g"
-    jars_dir: Path = Path("jars/spark")
+    jars_dir: Path = Field(default_factory=lambda: _in_checkout("jars", "spark"))
     extra_conf: dict[str, str] = Field(default_factory=dict)
 
 
@@ -194,10 +201,14 @@ class RulesSettings(_Section):
 
 
 class StackSettings(_Section):
-    broker_jars_dir: Path = Path("jars/broker")
+    broker_jars_dir: Path = Field(default_factory=lambda: _in_checkout("jars", "broker"))
     broker_heap: str = "1g"
     start_timeout_s: float = 90.0
     stop_timeout_s: float = 30.0
+    service_dir: Path = Field(
+        default=Path("/var/lib/wayline"),
+        description="run by root, the local PostgreSQL's binaries and data live here, owned by its system user",
+    )
 
 
 class Settings(BaseSettings):
