@@ -287,3 +287,17 @@ def test_keys_and_grants(messaging_api, admin_http, topic, database) -> None:
         # A transaction belongs to the key that began it.
         assert admin_http.post(f"/transactions/{txn}/commit").status_code == 404
         assert client.post(f"/transactions/{txn}/abort").json()["state"] == "aborted"
+
+
+def test_the_admin_api_can_carry_the_messaging_api(api_settings, database, admin_key, unique) -> None:
+    from wayline.api.app import create_app
+    from wayline.api.messaging import mount
+
+    app = create_app(api_settings, database)
+    mount(app, api_settings, database)
+    with served(app) as base, httpx.Client(base_url=base, headers={"Authorization": f"Bearer {admin_key}"},
+                                           timeout=60) as client:
+        assert client.get("/customers").status_code == 200
+        topic = f"msg.{unique}"
+        assert client.post("/topics", json={"name": topic, "partitions": 1}).status_code == 201
+        assert client.post(f"/topics/{topic}/events", json=event(1)).json()["results"][0]["offset"] == 0
