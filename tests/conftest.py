@@ -139,5 +139,6 @@ def messaging_api(settings: Settings, database) -> Iterator[str]:
     """The messaging API served on 127.0.0.1 for the whole session; yields its base URL."""
     from tests.api.servers import served
 
-    with served(messaging_app(settings, database, instance_id="tests")) as base:
+    # Keys and grants re-read on every request: tests change grants and expect them to count at once.
+    with served(messaging_app(settings, database, instance_id="tests", auth_cache_s=0)) as base:
         yield base

@@ -68,13 +68,17 @@ def messaging(request: Request) -> Messaging:
     return request.app.state.messaging
 
 
-def permissions(
-    db: DB, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+async def permissions(
+    service: Annotated[Messaging, Depends(messaging)],
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> access.Permissions:
     if credentials is None:
         raise Unauthorized("no API key: send `Authorization: Bearer <key>`")
-    with db.transaction() as session:
-        return access.authorize(session, credentials.credentials)
+    # A remembered key is answered on the event loop; only a database read needs a thread.
+    known = service.authorizer.remembered(credentials.credentials)
+    if known is not None:
+        return known
+    return await run_in_threadpool(service.authorizer.permissions, credentials.credentials)
 
 
 MessagingDep = Annotated[Messaging, Depends(messaging)]

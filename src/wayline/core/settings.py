@@ -209,6 +209,9 @@ class MessagingSettings(_Section):
                     "retried; until then a repeat gets 409",
     )
     schema_cache_s: float = Field(default=5.0, ge=0, description="event type JSON Schemas are re-read this often")
+    auth_cache_s: float = Field(
+        default=2.0, ge=0, description="an API key and its topic grants are re-read this often (revocation delay)"
+    )
     transaction_producers: int = Field(
         default=4, ge=1, description="transactional producers per instance: open transactions it can hold at once"
     )

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from wayline.core.settings import MessagingSettings, Settings
+from wayline.messaging.access import Authorizer
 from wayline.messaging.idempotency import Answer, PublishLedger, fingerprint
 from wayline.messaging.poll import Poller
 from wayline.messaging.producer import KnownTopics, Publisher
@@ -30,6 +31,7 @@ class Messaging:
     topics: TopicAdmin
     schemas: SchemaCatalog
     ledger: PublishLedger
+    authorizer: Authorizer
 
     @classmethod
     def start(cls, settings: Settings, database: Database) -> Messaging:
@@ -46,6 +48,7 @@ class Messaging:
             topics=TopicAdmin(bootstrap),
             schemas=SchemaCatalog(database, m.schema_cache_s),
             ledger=PublishLedger(database, m.idempotency_pending_s),
+            authorizer=Authorizer(database, m.auth_cache_s),
         )
 
     def publish(self, key_id: str, topic: str, body: bytes, idempotency_key: str | None = None,
