@@ -236,6 +236,16 @@ def test_a_poll_starts_at_latest_and_waits_for_a_record(admin_http, topic) -> No
     assert [r["event"]["id"] for r in waited["records"]] == ["e2"]
 
 
+def test_latest_is_where_read_committed_readers_stand_so_an_open_transaction_is_not_skipped(admin_http, topic) -> None:
+    txn = admin_http.post("/transactions").json()["id"]
+    admin_http.post(f"/transactions/{txn}/topics/{topic}/events", json=[event(1), event(2)])
+    latest = admin_http.get(f"/topics/{topic}/events", params={"start": "latest"}).json()
+    assert latest["records"] == []
+    admin_http.post(f"/transactions/{txn}/commit")
+    records, _ = poll_all(admin_http, topic, latest["next_cursor"])
+    assert sorted(r["event"]["id"] for r in records) == ["e1", "e2"]
+
+
 def test_poll_limits_and_bad_cursors_are_refused(admin_http, topic) -> None:
     too_many = admin_http.get(f"/topics/{topic}/events", params={"limit": 5000})
     assert (too_many.status_code, too_many.json()["error"]["message"]) == (422, "limit: at most 1000")
