@@ -6,7 +6,7 @@
         page = client.poll("events.orders", limit=500)
         page = client.poll("events.orders", cursor=page.next_cursor)
 
-Both clients send the same requests (built once, below); an error answer raises
+Both clients send the same requests (each built once, by a `_Call` function below); an error answer raises
 `MessagingError` with its status, code and message.
 """
 
@@ -83,45 +83,34 @@ def _poll(topic: str, cursor: str | None, start: str | None, limit: int | None, 
     })
 
 
-def _topic_in(name: str, partitions: int, retention_ms: int | None) -> bytes:
-    return orjson.dumps({"name": name, "partitions": partitions, "retention_ms": retention_ms})
+def _begin() -> _Call[TransactionOut]:
+    return _Call("POST", "/transactions", _TRANSACTION)
 
 
-class _Calls:
-    """Every request of the API, as data; the two clients only differ in how they send it."""
+def _finish(transaction: str, how: str) -> _Call[TransactionOut]:
+    return _Call("POST", f"/transactions/{transaction}/{how}", _TRANSACTION)
 
-    publish = staticmethod(_publish)
-    poll = staticmethod(_poll)
 
-    @staticmethod
-    def begin() -> _Call[TransactionOut]:
-        return _Call("POST", "/transactions", _TRANSACTION)
+def _create_topic(name: str, partitions: int, retention_ms: int | None) -> _Call[TopicOut]:
+    return _Call("POST", "/topics", _TOPIC, headers={"Content-Type": "application/json"},
+                 content=orjson.dumps({"name": name, "partitions": partitions, "retention_ms": retention_ms}))
 
-    @staticmethod
-    def finish(transaction: str, how: str) -> _Call[TransactionOut]:
-        return _Call("POST", f"/transactions/{transaction}/{how}", _TRANSACTION)
 
-    @staticmethod
-    def create_topic(name: str, partitions: int, retention_ms: int | None) -> _Call[TopicOut]:
-        return _Call("POST", "/topics", _TOPIC, headers={"Content-Type": "application/json"},
-                     content=_topic_in(name, partitions, retention_ms))
+def _describe_topic(name: str) -> _Call[TopicOut]:
+    return _Call("GET", f"/topics/{name}", _TOPIC)
 
-    @staticmethod
-    def describe_topic(name: str) -> _Call[TopicOut]:
-        return _Call("GET", f"/topics/{name}", _TOPIC)
 
-    @staticmethod
-    def list_topics() -> _Call[TopicList]:
-        return _Call("GET", "/topics", _TOPICS)
+def _list_topics() -> _Call[TopicList]:
+    return _Call("GET", "/topics", _TOPICS)
 
-    @staticmethod
-    def delete_topic(name: str) -> _Call[None]:
-        return _Call("DELETE", f"/topics/{name}", None)
 
-    @staticmethod
-    def grant(api_key_id: str, pattern: str, actions: Sequence[str]) -> _Call[GrantOut]:
-        return _Call("POST", "/topic-grants", _GRANT, headers={"Content-Type": "application/json"},
-                     content=orjson.dumps({"api_key_id": api_key_id, "pattern": pattern, "actions": list(actions)}))
+def _delete_topic(name: str) -> _Call[None]:
+    return _Call("DELETE", f"/topics/{name}", None)
+
+
+def _grant(api_key_id: str, pattern: str, actions: Sequence[str]) -> _Call[GrantOut]:
+    return _Call("POST", "/topic-grants", _GRANT, headers={"Content-Type": "application/json"},
+                 content=orjson.dumps({"api_key_id": api_key_id, "pattern": pattern, "actions": list(actions)}))
 
 
 def _http_options(base_url: str, api_key: str, timeout_s: float) -> dict[str, Any]:
@@ -138,35 +127,35 @@ class MessagingClient:
     def publish(self, topic: str, events: Events, *, idempotency_key: str | None = None,
                 transaction: str | None = None) -> PublishOut:
         """One event (a mapping) or a batch (a sequence); a 207 answer returns, each result says how it went."""
-        return self._send(_Calls.publish(topic, events, idempotency_key, transaction))
+        return self._send(_publish(topic, events, idempotency_key, transaction))
 
     def poll(self, topic: str, *, cursor: str | None = None, start: str | None = None, limit: int | None = None,
              max_bytes: int | None = None, wait_s: float | None = None) -> PollOut:
-        return self._send(_Calls.poll(topic, cursor, start, limit, max_bytes, wait_s))
+        return self._send(_poll(topic, cursor, start, limit, max_bytes, wait_s))
 
     def begin(self) -> TransactionOut:
-        return self._send(_Calls.begin())
+        return self._send(_begin())
 
     def commit(self, transaction: str) -> TransactionOut:
-        return self._send(_Calls.finish(transaction, "commit"))
+        return self._send(_finish(transaction, "commit"))
 
     def abort(self, transaction: str) -> TransactionOut:
-        return self._send(_Calls.finish(transaction, "abort"))
+        return self._send(_finish(transaction, "abort"))
 
     def create_topic(self, name: str, partitions: int = 2, retention_ms: int | None = None) -> TopicOut:
-        return self._send(_Calls.create_topic(name, partitions, retention_ms))
+        return self._send(_create_topic(name, partitions, retention_ms))
 
     def describe_topic(self, name: str) -> TopicOut:
-        return self._send(_Calls.describe_topic(name))
+        return self._send(_describe_topic(name))
 
     def list_topics(self) -> list[str]:
-        return self._send(_Calls.list_topics()).data
+        return self._send(_list_topics()).data
 
     def delete_topic(self, name: str) -> None:
-        self._send(_Calls.delete_topic(name))
+        self._send(_delete_topic(name))
 
     def grant(self, api_key_id: str, pattern: str, actions: Sequence[str]) -> GrantOut:
-        return self._send(_Calls.grant(api_key_id, pattern, actions))
+        return self._send(_grant(api_key_id, pattern, actions))
 
     def close(self) -> None:
         self._http.close()
@@ -187,35 +176,35 @@ class AsyncMessagingClient:
 
     async def publish(self, topic: str, events: Events, *, idempotency_key: str | None = None,
                       transaction: str | None = None) -> PublishOut:
-        return await self._send(_Calls.publish(topic, events, idempotency_key, transaction))
+        return await self._send(_publish(topic, events, idempotency_key, transaction))
 
     async def poll(self, topic: str, *, cursor: str | None = None, start: str | None = None, limit: int | None = None,
                    max_bytes: int | None = None, wait_s: float | None = None) -> PollOut:
-        return await self._send(_Calls.poll(topic, cursor, start, limit, max_bytes, wait_s))
+        return await self._send(_poll(topic, cursor, start, limit, max_bytes, wait_s))
 
     async def begin(self) -> TransactionOut:
-        return await self._send(_Calls.begin())
+        return await self._send(_begin())
 
     async def commit(self, transaction: str) -> TransactionOut:
-        return await self._send(_Calls.finish(transaction, "commit"))
+        return await self._send(_finish(transaction, "commit"))
 
     async def abort(self, transaction: str) -> TransactionOut:
-        return await self._send(_Calls.finish(transaction, "abort"))
+        return await self._send(_finish(transaction, "abort"))
 
     async def create_topic(self, name: str, partitions: int = 2, retention_ms: int | None = None) -> TopicOut:
-        return await self._send(_Calls.create_topic(name, partitions, retention_ms))
+        return await self._send(_create_topic(name, partitions, retention_ms))
 
     async def describe_topic(self, name: str) -> TopicOut:
-        return await self._send(_Calls.describe_topic(name))
+        return await self._send(_describe_topic(name))
 
     async def list_topics(self) -> list[str]:
-        return (await self._send(_Calls.list_topics())).data
+        return (await self._send(_list_topics())).data
 
     async def delete_topic(self, name: str) -> None:
-        await self._send(_Calls.delete_topic(name))
+        await self._send(_delete_topic(name))
 
     async def grant(self, api_key_id: str, pattern: str, actions: Sequence[str]) -> GrantOut:
-        return await self._send(_Calls.grant(api_key_id, pattern, actions))
+        return await self._send(_grant(api_key_id, pattern, actions))
 
     async def aclose(self) -> None:
         await self._http.aclose()

@@ -22,7 +22,7 @@ class Misdirected(Conflict):
 
 
 class Busy(RetryLater):
-    """Every transactional producer of this instance holds an open transaction (HTTP 429)."""
+    """Every transactional producer (or poll consumer) of this instance is in use (HTTP 429)."""
 
 
 __all__ = ["Busy", "Misdirected", "NotJson", "TooLarge"]

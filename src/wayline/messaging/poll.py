@@ -22,9 +22,12 @@ from confluent_kafka import OFFSET_END, Consumer, KafkaError, KafkaException, To
 
 from wayline.core.errors import NotFound, RetryLater
 from wayline.messaging.cursor import Cursor, Start
+from wayline.messaging.errors import Busy
 
 # A poll that asked for no wait still gives the broker this long to answer the first fetch.
 FIRST_FETCH_S = 5.0
+# A poll waits this long for a free consumer, then answers 429: waiting polls hold request threads.
+BORROW_TIMEOUT_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,7 @@ class PollPage:
 class Poller:
     def __init__(self, bootstrap: str, consumers: int) -> None:
         self._bootstrap = bootstrap
+        self._size = consumers
         self._idle: queue.LifoQueue[Consumer | None] = queue.LifoQueue()
         for _ in range(consumers):
             self._idle.put(None)  # created on first use
@@ -166,7 +170,10 @@ class Poller:
 
     @contextmanager
     def _consumer(self) -> Iterator[Consumer]:
-        consumer = self._idle.get()
+        try:
+            consumer = self._idle.get(timeout=BORROW_TIMEOUT_S)
+        except queue.Empty:
+            raise Busy(f"all {self._size} poll consumers of this instance are busy: retry shortly") from None
         try:
             if consumer is None:
                 consumer = self._new_consumer()
