@@ -1,0 +1,90 @@
+"""What the messaging routes share: the service, the caller's topic permissions, and the
+raw request body under its size limit."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import orjson
+from fastapi import Depends, Header, Request, Response
+from fastapi.concurrency import run_in_threadpool
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from wayline.core.errors import Unauthorized
+from wayline.messaging import access
+from wayline.messaging.errors import TooLarge
+from wayline.messaging.idempotency import Answer
+from wayline.messaging.service import Messaging
+from wayline.messaging.wire import PublishOut
+
+_bearer = HTTPBearer(auto_error=False, description="an API key: `Authorization: Bearer wl_key_…`")
+
+EVENTS_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/json": {"schema": {
+                "oneOf": [{"$ref": "#/components/schemas/CloudEvent"},
+                          {"type": "array", "items": {"$ref": "#/components/schemas/CloudEvent"}}],
+            }},
+        },
+    },
+}
+PUBLISH_RESPONSES: dict[int | str, dict[str, Any]] = {
+    207: {"model": PublishOut, "description": "some events refused, the others written"},
+    413: {"description": "the body, the batch or (a lone event) the event is too large"},
+    422: {"description": "invalid: nothing written"},
+}
+
+
+def messaging(request: Request) -> Messaging:
+    return request.app.state.messaging
+
+
+async def permissions(
+    service: Annotated[Messaging, Depends(messaging)],
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> access.Permissions:
+    if credentials is None:
+        raise Unauthorized("no API key: send `Authorization: Bearer <key>`")
+    # A remembered key is answered on the event loop; only a database read needs a thread.
+    known = service.authorizer.remembered(credentials.credentials)
+    if known is not None:
+        return known
+    return await run_in_threadpool(service.authorizer.permissions, credentials.credentials)
+
+
+MessagingDep = Annotated[Messaging, Depends(messaging)]
+PermissionsDep = Annotated[access.Permissions, Depends(permissions)]
+IdempotencyKey = Annotated[str | None, Header(
+    alias="Idempotency-Key", max_length=200, description="a retry with the same key gets the first answer, writes nothing",
+)]
+
+
+def json_response(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    return Response(orjson.dumps(body), status, headers=headers, media_type="application/json")
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise TooLarge(f"the body is {int(declared)} bytes, over the limit of {limit} per request")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise TooLarge(f"the body is over the limit of {limit} bytes per request")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def published(answer: Answer, replayed: bool) -> Response:
+    return json_response(answer.body, answer.status, {"Idempotent-Replayed": "true"} if replayed else None)
+
+
+
+
+__all__ = [
+    "EVENTS_BODY", "IdempotencyKey", "MessagingDep", "PUBLISH_RESPONSES", "PermissionsDep", "json_response",
+    "messaging", "permissions", "published", "read_body",
+]
