@@ -2,14 +2,15 @@
 transactional publish rate, against the raw confluent-kafka producer on the same broker.
 
 The API runs as `--instances` processes side by side (`wayline serve messaging`, one
-uvicorn worker each; the client spreads requests over them) on a fresh local stack. A client process keeps `--concurrency` requests in flight, each a batch of
-`--batch` CloudEvents of about 300 bytes (bodies serialized beforehand, so the client's
-own JSON work is not measured), and records each request's latency. Then:
+uvicorn worker each; the client spreads requests over them) on a fresh local stack. A
+client process keeps `--concurrency` requests in flight, each a batch of `--batch`
+CloudEvents of about 300 bytes (bodies serialized beforehand, so the client's own JSON
+work is not measured), and records each request's latency. Then:
 - poll: the whole topic paged through with `limit=1000`, records/s;
-- transactions: `--concurrency` clients each begin, publish 10 batches, commit, events/s;
+- transactions: `--txn-concurrency` clients each begin, publish 10 batches, commit, events/s;
 - ceiling: the same events from one confluent-kafka Producer with the API's settings
   (acks=all, idempotence, linger 5 ms), produced then flushed, events/s.
-Run: .venv/bin/python bench/messaging.py [--events 60000] [--batch 100] [--runs 3]
+Run: .venv/bin/python bench/messaging.py [--events 40000] [--batch 100] [--runs 3] [--instances 1]
 """
 
 from __future__ import annotations
@@ -52,7 +53,9 @@ def bodies(count: int, batch: int, offset: int = 0) -> list[bytes]:
             for start in range(0, count, batch)]
 
 
-async def publish_rate(bases: list[str], key: str, topic: str, batches: list[bytes], concurrency: int) -> dict[str, float]:
+async def publish_rate(
+    bases: list[str], key: str, topic: str, batches: list[bytes], concurrency: int,
+) -> dict[str, float]:
     latencies: list[float] = []
     queue: asyncio.Queue[bytes] = asyncio.Queue()
     for body in batches:
@@ -155,7 +158,7 @@ def serve(state: Path, port: int, instance: str) -> subprocess.Popen[bytes]:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--events", type=int, default=60_000)
+    parser.add_argument("--events", type=int, default=40_000)
     parser.add_argument("--batch", type=int, default=100)
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--txn-concurrency", type=int, default=4)

@@ -139,7 +139,8 @@ def test_bodies_are_refused_before_the_broker_is_touched(admin_http, unique, bod
 def test_publishing_to_a_missing_topic_is_404(admin_http, unique) -> None:
     response = admin_http.post(f"/topics/missing.{unique}/events", json=event(1))
     assert response.status_code == 404
-    assert response.json()["error"]["message"] == f"topic missing.{unique} not found: an admin creates it with POST /topics"
+    assert response.json()["error"]["message"] == (
+        f"topic missing.{unique} not found: an admin creates it with POST /topics")
 
 
 def test_a_committed_transaction_appears_at_once_across_two_topics(admin_http, topic, unique) -> None:
@@ -285,7 +286,8 @@ def test_keys_and_grants(messaging_api, admin_http, topic, database) -> None:
         assert refused.status_code == 403
         assert refused.json()["error"]["message"] == (
             f"this API key may not publish topic {topic}: an admin grants it with POST /topic-grants")
-        grant = admin_http.post("/topic-grants", json={"api_key_id": key.id, "pattern": "msg.*", "actions": ["publish"]})
+        grant = admin_http.post("/topic-grants",
+                                json={"api_key_id": key.id, "pattern": "msg.*", "actions": ["publish"]})
         assert grant.status_code == 201
         assert client.post(f"/topics/{topic}/events", json=event(1)).status_code == 200
         assert client.get(f"/topics/{topic}/events").status_code == 403
@@ -311,3 +313,20 @@ def test_the_admin_api_can_carry_the_messaging_api(api_settings, database, admin
         topic = f"msg.{unique}"
         assert client.post("/topics", json={"name": topic, "partitions": 1}).status_code == 201
         assert client.post(f"/topics/{topic}/events", json=event(1)).json()["results"][0]["offset"] == 0
+
+
+def test_the_openapi_document_describes_bodies_and_errors_for_client_generators(base_settings) -> None:
+    from wayline.api.messaging import create_messaging_app
+
+    document = create_messaging_app(base_settings, None).openapi()  # type: ignore[arg-type]
+    publish = document["paths"]["/topics/{topic}/events"]["post"]
+    assert publish["requestBody"]["content"]["application/json"]["schema"]["oneOf"][0] == {
+        "$ref": "#/components/schemas/CloudEvent"}
+    assert {"200", "207", "401", "403", "404", "413", "422", "503"} <= publish["responses"].keys()
+    assert document["components"]["schemas"]["CloudEvent"]["required"] == [
+        "specversion", "id", "source", "type", "tenantid"]
+    for path, operations in document["paths"].items():
+        for method, operation in operations.items():
+            if path != "/health":
+                assert operation["responses"]["401"]["content"]["application/json"]["schema"] == {
+                    "$ref": "#/components/schemas/ErrorOut"}, (method, path)

@@ -15,7 +15,7 @@ from wayline.messaging import access
 from wayline.messaging.errors import TooLarge
 from wayline.messaging.idempotency import Answer
 from wayline.messaging.service import Messaging
-from wayline.messaging.wire import PublishOut
+from wayline.messaging.wire import ErrorOut, PublishOut
 
 _bearer = HTTPBearer(auto_error=False, description="an API key: `Authorization: Bearer wl_key_…`")
 
@@ -30,10 +30,19 @@ EVENTS_BODY = {
         },
     },
 }
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorOut, "description": description} for status, description in {
+        400: "the body is not JSON", 401: "no API key, or not a valid one", 403: "the key may not do this",
+        404: "no such topic or transaction", 409: "conflicts with the current state", 413: "too large",
+        421: "the transaction lives on another instance (named in Wayline-Instance)", 422: "invalid input",
+        429: "all producers or consumers of this instance are busy: retry", 503: "Kafka did not answer: retry",
+    }.items()
+}
 PUBLISH_RESPONSES: dict[int | str, dict[str, Any]] = {
+    **ERROR_RESPONSES,
     207: {"model": PublishOut, "description": "some events refused, the others written"},
-    413: {"description": "the body, the batch or (a lone event) the event is too large"},
-    422: {"description": "invalid: nothing written"},
+    413: {"model": ErrorOut, "description": "the body, the batch or (a lone event) the event is too large"},
+    422: {"model": ErrorOut, "description": "invalid: nothing written (a batch's results say why, per event)"},
 }
 
 
@@ -57,7 +66,8 @@ async def permissions(
 MessagingDep = Annotated[Messaging, Depends(messaging)]
 PermissionsDep = Annotated[access.Permissions, Depends(permissions)]
 IdempotencyKey = Annotated[str | None, Header(
-    alias="Idempotency-Key", max_length=200, description="a retry with the same key gets the first answer, writes nothing",
+    alias="Idempotency-Key", max_length=200,
+    description="a retry with the same key gets the first answer, writes nothing",
 )]
 
 
@@ -85,6 +95,7 @@ def published(answer: Answer, replayed: bool) -> Response:
 
 
 __all__ = [
-    "EVENTS_BODY", "IdempotencyKey", "MessagingDep", "PUBLISH_RESPONSES", "PermissionsDep", "json_response",
+    "ERROR_RESPONSES", "EVENTS_BODY", "IdempotencyKey", "MessagingDep", "PUBLISH_RESPONSES", "PermissionsDep",
+    "json_response",
     "messaging", "permissions", "published", "read_body",
 ]

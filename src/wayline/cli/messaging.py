@@ -54,7 +54,9 @@ def publish(
     batch_size: Annotated[int, typer.Option(min=1, help="events per request")] = 100,
     idempotency_key: Annotated[str | None, typer.Option(
         help="a retry with the same key writes nothing twice; batch n uses <key>-<n>")] = None,
-    transactional: Annotated[bool, typer.Option(help="all batches in one transaction: all are written or none")] = False,
+    transactional: Annotated[
+        bool, typer.Option(help="all batches in one transaction: all are written or none")
+    ] = False,
 ) -> None:
     """Publish CloudEvents through the messaging API; prints where each went or why it was refused."""
     events = _events(sys.stdin.buffer.read() if str(source) == "-" else source.read_bytes())

@@ -126,4 +126,7 @@ def delete_grant(session: Session, caller: Caller, grant_id: str) -> None:
     session.delete(row)
 
 
-__all__ = ["Action", "Authorizer", "GrantIn", "GrantOut", "Permissions", "authorize", "create_grant", "delete_grant", "list_grants"]
+__all__ = [
+    "Action", "Authorizer", "GrantIn", "GrantOut", "Permissions", "authorize", "create_grant", "delete_grant",
+    "list_grants",
+]

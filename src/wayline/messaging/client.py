@@ -59,7 +59,9 @@ class _Call(Generic[T]):
                 raise MessagingError(response.status_code, error["code"], error["message"], body)
             except (ValueError, KeyError, TypeError):
                 raise MessagingError(response.status_code, "http", response.text) from None
-        return self.parse.validate_json(response.content) if self.parse is not None else None  # type: ignore[return-value]
+        if self.parse is None:
+            return None  # type: ignore[return-value]
+        return self.parse.validate_json(response.content)
 
 
 _PUBLISH, _POLL = TypeAdapter(PublishOut), TypeAdapter(PollOut)

@@ -68,7 +68,9 @@ class PublishLedger:
     def release(self, key_id: str, key: str) -> None:
         """The request failed before writing anything: a retry may go ahead at once."""
         with self._database.transaction() as session:
-            session.execute(delete(PublishRequest).where(PublishRequest.api_key_id == key_id, PublishRequest.key == key))
+            session.execute(
+                delete(PublishRequest).where(PublishRequest.api_key_id == key_id, PublishRequest.key == key)
+            )
 
 
 __all__ = ["Answer", "PublishLedger", "fingerprint"]

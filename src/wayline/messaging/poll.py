@@ -110,7 +110,9 @@ class Poller:
                 consumer.close()
 
     @staticmethod
-    def _read(consumer: Consumer, offsets: dict[int, int], limit: int, max_bytes: int, wait_s: float) -> list[PolledRecord]:
+    def _read(
+        consumer: Consumer, offsets: dict[int, int], limit: int, max_bytes: int, wait_s: float,
+    ) -> list[PolledRecord]:
         """Read into `records`, moving `offsets` past what is returned (and past aborted records and
         transaction markers once a partition is read to its end)."""
         records: list[PolledRecord] = []

@@ -32,7 +32,9 @@ def producer_config(bootstrap: str, linger_ms: float, delivery_timeout_ms: int, 
     }
 
 
-def write(producer: Producer, topic: str, records: Sequence[Outgoing], timeout_s: float, *, flush: bool = False) -> list[Result]:
+def write(
+    producer: Producer, topic: str, records: Sequence[Outgoing], timeout_s: float, *, flush: bool = False,
+) -> list[Result]:
     """Hand the records to the producer; each future settles when the broker acknowledged it or refused.
 
     `flush`: this caller serves the producer's delivery reports itself (no thread polls it)."""

@@ -95,4 +95,6 @@ def result_body(result: Result) -> dict[str, Any]:
     return {"index": result.index, "error": {"code": result.code, "message": result.message}}
 
 
-__all__ = ["Outgoing", "Refused", "Result", "SCHEMA_MISMATCH", "Schemas", "Written", "check", "read_body", "result_body"]
+__all__ = [
+    "Outgoing", "Refused", "Result", "SCHEMA_MISMATCH", "Schemas", "Written", "check", "read_body", "result_body",
+]

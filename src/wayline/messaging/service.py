@@ -73,7 +73,9 @@ class Messaging:
         self.ledger.settle(key_id, idempotency_key, answer)
         return answer, False
 
-    def _write(self, key_id: str, topic: str, checked: list[Outgoing | Refused], transaction: str | None) -> list[Result]:
+    def _write(
+        self, key_id: str, topic: str, checked: list[Outgoing | Refused], transaction: str | None,
+    ) -> list[Result]:
         outgoing = [c for c in checked if isinstance(c, Outgoing)]
         if not outgoing:
             written: list[Result] = []

@@ -18,7 +18,9 @@ class TopicIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str = Field(pattern=TOPIC_PATTERN)
     partitions: int = Field(default=2, ge=1, le=1000)
-    retention_ms: int | None = Field(default=None, ge=-1, description="-1 keeps records forever; unset: the broker's default")
+    retention_ms: int | None = Field(
+        default=None, ge=-1, description="-1 keeps records forever; unset: the broker's default"
+    )
 
 
 class PartitionOut(BaseModel):
@@ -84,7 +86,8 @@ class TopicAdmin:
         retention = config.get("retention.ms")
         return TopicOut(
             name=name,
-            partitions=[PartitionOut(partition=p, earliest_offset=earliest[p], latest_offset=latest[p]) for p in partitions],
+            partitions=[PartitionOut(partition=p, earliest_offset=earliest[p], latest_offset=latest[p])
+                        for p in partitions],
             retention_ms=int(retention.value) if retention is not None and retention.value is not None else None,
             records=sum(latest[p] - earliest[p] for p in partitions),
         )

@@ -115,8 +115,8 @@ class TransactionPool:
                 slot.producer.commit_transaction(self._timeout_s)
             except KafkaException as exc:
                 aborted = self._abort(slot)
-                raise Conflict(f"transaction {txn.id} could not commit and was "
-                               f"{'aborted' if aborted else 'left to the broker to abort'}: {exc.args[0].str()}") from exc
+                what = "aborted" if aborted else "left to the broker to abort"
+                raise Conflict(f"transaction {txn.id} could not commit and was {what}: {exc.args[0].str()}") from exc
             slot.open = None
             return _outcome(txn, "committed")
 

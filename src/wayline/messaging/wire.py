@@ -49,6 +49,18 @@ class TransactionOut(BaseModel):
     timeout_s: float = Field(description="aborted if neither committed nor aborted this long after it began")
 
 
+class ErrorDetail(BaseModel):
+    code: str
+    message: str
+
+
+class ErrorOut(BaseModel):
+    """Every error answer; a refused publish also carries the per-record `results`."""
+
+    error: ErrorDetail
+    results: list[RecordResult] | None = None
+
+
 class TopicList(BaseModel):
     data: list[str]
 
@@ -59,6 +71,7 @@ def transaction_body(outcome: Any, timeout_s: float) -> dict[str, Any]:
 
 
 __all__ = [
-    "PollOut", "PolledRecord", "PublishOut", "RecordError", "RecordResult", "TopicList", "TransactionOut",
+    "ErrorDetail", "ErrorOut", "PollOut", "PolledRecord", "PublishOut", "RecordError", "RecordResult", "TopicList",
+    "TransactionOut",
     "transaction_body",
 ]

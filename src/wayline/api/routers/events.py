@@ -8,13 +8,14 @@ from fastapi import APIRouter, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 
 from wayline.api.messaging_deps import (
-    EVENTS_BODY, PUBLISH_RESPONSES, IdempotencyKey, MessagingDep, PermissionsDep, json_response, published, read_body,
+    ERROR_RESPONSES, EVENTS_BODY, PUBLISH_RESPONSES, IdempotencyKey, MessagingDep, PermissionsDep, json_response,
+    published, read_body,
 )
 from wayline.core.errors import RejectedInput
 from wayline.messaging.cursor import Cursor, Start
 from wayline.messaging.wire import PollOut, PublishOut
 
-router = APIRouter()
+router = APIRouter(responses=ERROR_RESPONSES)
 
 
 @router.post("/topics/{topic}/events", tags=["publish"], response_model=PublishOut,
@@ -34,7 +35,9 @@ def poll(
     cursor: Annotated[str | None, Query(description="the next_cursor of the previous page")] = None,
     start: Annotated[str, Query(description="without a cursor: earliest, latest or an RFC 3339 time")] = "earliest",
     limit: Annotated[int, Query(ge=1, description="most records to return")] = 100,
-    max_bytes: Annotated[int | None, Query(ge=1, description="most value bytes to return (at least one record)")] = None,
+    max_bytes: Annotated[
+        int | None, Query(ge=1, description="most value bytes to return (at least one record)")
+    ] = None,
     wait_s: Annotated[float, Query(ge=0, description="wait up to this long for a record when there is none")] = 0,
 ) -> Response:
     """Read committed records from a cursor (or a start), and the cursor to read on from."""

@@ -5,10 +5,10 @@ from __future__ import annotations
 from fastapi import APIRouter, Response
 
 from wayline.api.deps import DB
-from wayline.api.messaging_deps import PermissionsDep
+from wayline.api.messaging_deps import ERROR_RESPONSES, PermissionsDep
 from wayline.messaging import access
 
-router = APIRouter()
+router = APIRouter(responses=ERROR_RESPONSES)
 
 
 @router.post("/topic-grants", tags=["topic grants"], status_code=201, response_model=access.GrantOut)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Response
 
-from wayline.api.messaging_deps import MessagingDep, PermissionsDep
+from wayline.api.messaging_deps import ERROR_RESPONSES, MessagingDep, PermissionsDep
 from wayline.messaging.topics import TopicIn, TopicOut
 from wayline.messaging.wire import TopicList
 
-router = APIRouter()
+router = APIRouter(responses=ERROR_RESPONSES)
 
 
 @router.post("/topics", tags=["topics"], status_code=201, response_model=TopicOut)

@@ -6,11 +6,12 @@ from fastapi import APIRouter, Request, Response
 from fastapi.concurrency import run_in_threadpool
 
 from wayline.api.messaging_deps import (
-    EVENTS_BODY, PUBLISH_RESPONSES, MessagingDep, PermissionsDep, json_response, published, read_body,
+    ERROR_RESPONSES, EVENTS_BODY, PUBLISH_RESPONSES, MessagingDep, PermissionsDep, json_response, published,
+    read_body,
 )
 from wayline.messaging.wire import PublishOut, TransactionOut, transaction_body
 
-router = APIRouter()
+router = APIRouter(responses=ERROR_RESPONSES)
 
 
 @router.post("/transactions", tags=["transactions"], status_code=201, response_model=TransactionOut)
