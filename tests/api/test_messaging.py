@@ -247,6 +247,21 @@ def test_latest_is_where_read_committed_readers_stand_so_an_open_transaction_is_
     assert sorted(r["event"]["id"] for r in records) == ["e1", "e2"]
 
 
+def test_a_cursor_behind_retention_resumes_at_the_oldest_record_kept(admin_http, settings, unique) -> None:
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    topic = f"msg.{unique}"
+    admin_http.post("/topics", json={"name": topic, "partitions": 1})
+    start = admin_http.get(f"/topics/{topic}/events").json()["next_cursor"]
+    admin_http.post(f"/topics/{topic}/events", json=[event(n) for n in range(5)])
+    admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap()})
+    for future in admin.delete_records([TopicPartition(topic, 0, 3)]).values():
+        future.result(timeout=30)
+    records, _ = poll_all(admin_http, topic, start)
+    assert [(r["offset"], r["event"]["id"]) for r in records] == [(3, "e3"), (4, "e4")]
+
+
 def test_poll_limits_and_bad_cursors_are_refused(admin_http, topic) -> None:
     too_many = admin_http.get(f"/topics/{topic}/events", params={"limit": 5000})
     assert (too_many.status_code, too_many.json()["error"]["message"]) == (422, "limit: at most 1000")

@@ -189,6 +189,8 @@ class Poller:
             # Required by the client, never joined: polls assign partitions themselves and commit nothing.
             "group.id": "wayline-messaging-poll",
             "enable.auto.commit": False,
+            # A cursor older than the retention limit resumes at the oldest record still kept.
+            "auto.offset.reset": "earliest",
             "isolation.level": "read_committed",
             "enable.partition.eof": True,
             "fetch.wait.max.ms": 100,
