@@ -9,9 +9,7 @@ waits for its own records' futures.
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Sequence
-from concurrent.futures import Future
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
@@ -35,43 +33,64 @@ def producer_config(bootstrap: str, linger_ms: float, delivery_timeout_ms: int, 
 def write(
     producer: Producer, topic: str, records: Sequence[Outgoing], timeout_s: float, *, flush: bool = False,
 ) -> list[Result]:
-    """Hand the records to the producer; each future settles when the broker acknowledged it or refused.
+    """Hand the records to the producer and wait until the broker acknowledged or refused each.
 
     `flush`: this caller serves the producer's delivery reports itself (no thread polls it)."""
-    futures: list[tuple[int, Future[Result]]] = []
-    for record in records:
-        future: Future[Result] = Future()
-        futures.append((record.index, future))
+    pending = _Pending(records)
+    for slot, record in enumerate(records):
         while True:
             try:
-                producer.produce(topic, record.value, record.key, on_delivery=_settle(record.index, future))
+                producer.produce(topic, record.value, record.key, on_delivery=pending.reporter(slot))
                 break
             except BufferError:
                 # The local queue is full: wait for acknowledgements to make room.
                 producer.poll(0.05)
             except KafkaException as exc:
-                future.set_result(Refused(record.index, "kafka", f"event {record.index}: {exc.args[0].str()}"))
+                pending.settle(slot, Refused(record.index, "kafka", f"event {record.index}: {exc.args[0].str()}"))
                 break
     if flush:
         producer.flush(timeout_s)
-    deadline = time.monotonic() + timeout_s
-    results = []
-    for index, future in futures:
-        try:
-            results.append(future.result(timeout=max(0.0, deadline - time.monotonic())))
-        except TimeoutError:
-            results.append(Refused(index, "timeout", f"event {index}: the broker did not acknowledge it in time"))
-    return results
+    pending.done.wait(timeout_s)
+    return pending.results()
 
 
-def _settle(index: int, future: Future[Result]):
-    def delivered(error: KafkaError | None, message: Message) -> None:
-        if error is not None:
-            future.set_result(Refused(index, "kafka", f"event {index}: {error.str()}"))
-        else:
-            future.set_result(Written(index, message.partition(), message.offset()))
+class _Pending:
+    """One request's records until their delivery reports are in: one event to wait on, not a
+    future per record (at 100 records a request, futures were a visible share of the time)."""
 
-    return delivered
+    def __init__(self, records: Sequence[Outgoing]) -> None:
+        self._records = records
+        self._results: list[Result | None] = [None] * len(records)
+        self._left = len(records)
+        self._lock = threading.Lock()
+        self.done = threading.Event()
+        if not records:
+            self.done.set()
+
+    def reporter(self, slot: int) -> Callable[[KafkaError | None, Message], None]:
+        index = self._records[slot].index
+
+        def delivered(error: KafkaError | None, message: Message) -> None:
+            if error is not None:
+                self.settle(slot, Refused(index, "kafka", f"event {index}: {error.str()}"))
+            else:
+                self.settle(slot, Written(index, message.partition(), message.offset()))
+
+        return delivered
+
+    def settle(self, slot: int, result: Result) -> None:
+        self._results[slot] = result
+        with self._lock:
+            self._left -= 1
+            if self._left == 0:
+                self.done.set()
+
+    def results(self) -> list[Result]:
+        return [
+            result if result is not None else Refused(
+                record.index, "timeout", f"event {record.index}: the broker did not acknowledge it in time")
+            for record, result in zip(self._records, self._results, strict=True)
+        ]
 
 
 class KnownTopics:
