@@ -124,3 +124,21 @@ def admin_api(api_settings: Settings, database) -> Iterator[str]:
     yield base
     server.should_exit = True
     thread.join(timeout=10)
+
+
+def messaging_app(settings: Settings, database, **messaging: object):
+    """A messaging API app with some `messaging.*` settings changed."""
+    from wayline.api.messaging import create_messaging_app
+
+    changed = settings.model_copy(update={"messaging": settings.messaging.model_copy(update=messaging)})
+    return create_messaging_app(changed, database)
+
+
+@pytest.fixture(scope="session")
+def messaging_api(settings: Settings, database) -> Iterator[str]:
+    """The messaging API served on 127.0.0.1 for the whole session; yields its base URL."""
+    from tests.api.servers import served
+
+    # Keys and grants re-read on every request: tests change grants and expect them to count at once.
+    with served(messaging_app(settings, database, instance_id="tests", auth_cache_s=0)) as base:
+        yield base

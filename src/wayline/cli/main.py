@@ -12,6 +12,7 @@ import typer
 from rich.console import RenderableType
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from wayline.cli.messaging import register as register_messaging
 from wayline.cli.output import console, guarded, job_log_file, watch
 from wayline.cli.registry import APPS
 from wayline.cli.rules import rules_app, watch_rules
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
 
 app = typer.Typer(no_args_is_help=True, help="Wayline: event streaming on Apache Spark.")
 run_app = typer.Typer(no_args_is_help=True, help="Run a pipeline.")
-serve_app = typer.Typer(no_args_is_help=True, help="Run an HTTP service.")
+serve_app = typer.Typer(help="Run an HTTP service; alone: the admin and messaging APIs together.")
 app.add_typer(run_app, name="run")
 app.add_typer(serve_app, name="serve")
 for _name, _sub_app in APPS.items():
@@ -373,6 +374,8 @@ def demo(
         raise WaylineError(f"the demo producer failed: {failures[0]}")
     console.print("demo stopped; the stack is down")
 
+
+register_messaging(app, serve_app)
 
 __all__ = ["app"]
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -200,6 +201,41 @@ class RulesSettings(_Section):
     )
 
 
+class MessagingSettings(_Section):
+    host: str = "127.0.0.1"
+    port: int = Field(default=8081, ge=0, le=65_535, description="`wayline serve messaging`'s port")
+    instance_id: str = Field(
+        default_factory=socket.gethostname, pattern=r"^[A-Za-z0-9_.-]{1,64}$",
+        description="names this instance in transaction ids and transactional producer ids; unique per instance "
+                    "and stable across its restarts (a restart then fences the old producers)",
+    )
+    max_batch_events: int = Field(default=1000, ge=1, description="events one publish request may carry")
+    max_request_bytes: int = Field(default=1_048_576, ge=1, description="largest publish request body")
+    linger_ms: float = Field(default=5.0, ge=0, description="the producer waits this long to fill a batch")
+    delivery_timeout_ms: int = Field(
+        default=30_000, ge=1000, description="a record the broker has not acknowledged by then fails with its reason"
+    )
+    idempotency_pending_s: float = Field(
+        default=60.0, gt=0,
+        description="a publish with an Idempotency-Key still unanswered after this long (its instance died) may be "
+                    "retried; until then a repeat gets 409",
+    )
+    schema_cache_s: float = Field(default=5.0, ge=0, description="event type JSON Schemas are re-read this often")
+    auth_cache_s: float = Field(
+        default=2.0, ge=0, description="an API key and its topic grants are re-read this often (revocation delay)"
+    )
+    transaction_producers: int = Field(
+        default=4, ge=1, description="transactional producers per instance: open transactions it can hold at once"
+    )
+    transaction_timeout_s: float = Field(
+        default=60.0, gt=0, description="a transaction neither committed nor aborted by then is aborted"
+    )
+    poll_consumers: int = Field(default=4, ge=1, description="concurrent polls per instance; more wait their turn")
+    poll_max_limit: int = Field(default=1000, ge=1, description="most records one poll returns")
+    poll_max_bytes: int = Field(default=1_048_576, ge=1, description="most value bytes one poll returns")
+    poll_max_wait_s: float = Field(default=30.0, ge=0, description="longest long-poll wait a request may ask for")
+
+
 class StackSettings(_Section):
     broker_jars_dir: Path = Field(default_factory=lambda: _in_checkout("jars", "broker"))
     broker_heap: str = "1g"
@@ -226,6 +262,7 @@ class Settings(BaseSettings):
     delivery: DeliverySettings = DeliverySettings()
     stack: StackSettings = StackSettings()
     rules: RulesSettings = RulesSettings()
+    messaging: MessagingSettings = MessagingSettings()
 
     @classmethod
     def settings_customise_sources(
@@ -292,6 +329,7 @@ __all__ = [
     "RulesSettings",
     "EnvelopeSettings",
     "KafkaSettings",
+    "MessagingSettings",
     "PostgresSettings",
     "Settings",
     "SparkSettings",
