@@ -2,8 +2,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Request, Response
 
-from wayline.api.deps import CallerDep, DB, IdempotencyKey, PagingDep
-from wayline.api.idempotency import create_once
+from wayline.api.deps import CallerDep, DB, OnceDep, PagingDep
 from wayline.registry import rule
 from wayline.registry.access import Page
 
@@ -11,9 +10,9 @@ router = APIRouter(prefix="/rules", tags=["rules"])
 
 
 @router.post("", status_code=201, response_model=rule.RuleOut)
-def create_rule(body: rule.RuleIn, request: Request, db: DB, caller: CallerDep, idempotency_key: IdempotencyKey = None):
+def create_rule(body: rule.RuleIn, request: Request, caller: CallerDep, once: OnceDep):
     policy = rule.RulePolicy.from_settings(request.app.state.settings)
-    return create_once(db, caller, idempotency_key, body, lambda s: rule.create(s, caller, body, policy))
+    return once(body, lambda s: rule.create(s, caller, body, policy))
 
 
 @router.get("", response_model=Page[rule.RuleOut])
