@@ -32,6 +32,14 @@ def pattern(define: str, within: str = "INTERVAL '5' MINUTE") -> dict:
       DEFINE A AS {define}, B AS B.type = 'b')""")
 
 
+def nested(levels: int, key: bytes) -> bytes:
+    """JSON text nested ``levels`` objects deep (written out: encoding it would recurse here)."""
+    return (b'{"' + key + b'": ') * (levels - 1) + b'{"type": "object"}' + b"}" * (levels - 1)
+
+
+JSON = {"Content-Type": "application/json"}
+
+
 def cursor(text: str) -> str:
     return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
 
@@ -85,6 +93,11 @@ ROWS = [
         headers={"Content-Type": "application/json"}),
     Row("JSON nested 100,000 deep", "POST", "/customers", 422, "not valid JSON",
         content=b'{"name": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", headers={"Content-Type": "application/json"}),
+    Row("a JSON schema nested 500 deep", "POST", "/event-types", 422, "nests more than 100 levels",
+        content=b'{"name": "hostile.deep", "json_schema": ' + nested(500, b"properties") + b"}", headers=JSON),
+    Row("a filter nested 900 deep", "POST", "/subscriptions", 422, "nests", who="customer",
+        content=b'{"endpoint_id": "{endpoint}", "event_types": ["order.paid"], "tenant_scope": "tenants", '
+                b'"tenants": ["t-a"], "filter": ' + nested(900, b"$not") + b"}", headers=JSON),
     Row("unknown route", "GET", "/no-such-thing", 404, "no route"),
     # Size limits.
     Row("a 100 kB content filter", "POST", "/subscriptions", 422, "bytes", who="customer",
@@ -139,7 +152,8 @@ def test_hostile_input_is_refused_with_the_error_shape(row: Row, admin, world) -
 
     def send(body: Any) -> Any:
         if row.content is not None:
-            return client.request(row.method, path, content=row.content, headers=row.headers)
+            content = row.content.replace(b"{endpoint}", names["endpoint"].encode())
+            return client.request(row.method, path, content=content, headers=row.headers)
         return client.request(row.method, path, json=_fill(body, names), headers=row.headers)
 
     for _ in range(row.before):

@@ -55,8 +55,10 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
+        # FastAPI answers 400 for any body it could not decode; these are the ones that nest past any use.
+        if isinstance(exc.__cause__, RejectedInput):
+            return await rejected(request, exc.__cause__)
         if isinstance(exc.__cause__, RecursionError):
-            # FastAPI answers 400 for any body it could not decode; this one nests past any use.
             return JSONResponse(error_body("invalid", "the body is not valid JSON: it nests too deeply"), 422)
         if exc.status_code == 404 and exc.detail == "Not Found":
             message = f"no route {request.method} {request.url.path}; the API is described at /docs"

@@ -1,10 +1,11 @@
 from fastapi import APIRouter
 
+from wayline.api.bodies import JsonRoute
 from wayline.api.deps import CallerDep, DB, OnceDep, PagingDep
 from wayline.registry import api_key
 from wayline.registry.access import Page
 
-router = APIRouter(prefix="/api-keys", tags=["api keys"])
+router = APIRouter(prefix="/api-keys", tags=["api keys"], route_class=JsonRoute)
 
 
 @router.post("", status_code=201, response_model=api_key.NewApiKey)

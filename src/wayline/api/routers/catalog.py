@@ -2,11 +2,12 @@ from typing import Annotated
 
 from fastapi import APIRouter, Body, Response
 
+from wayline.api.bodies import JsonRoute
 from wayline.api.deps import CallerDep, DB, OnceDep, PagingDep
 from wayline.registry import catalog
 from wayline.registry.access import Page
 
-router = APIRouter(tags=["catalog"])
+router = APIRouter(tags=["catalog"], route_class=JsonRoute)
 
 
 @router.put("/tenants", tags=["catalog"])

@@ -1,10 +1,11 @@
 from fastapi import APIRouter, Response
 
+from wayline.api.bodies import JsonRoute
 from wayline.api.deps import CallerDep, DB, OnceDep, PagingDep
 from wayline.registry import customer
 from wayline.registry.access import Page
 
-router = APIRouter(prefix="/customers", tags=["customers"])
+router = APIRouter(prefix="/customers", tags=["customers"], route_class=JsonRoute)
 
 
 @router.post("", status_code=201, response_model=customer.CustomerOut)

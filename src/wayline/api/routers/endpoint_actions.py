@@ -2,6 +2,7 @@
 
 from fastapi import APIRouter
 
+from wayline.api.bodies import JsonRoute
 from wayline.api.deps import DB, CallerDep, EndpointsDep, SettingsDep
 from wayline.delivery import dead_letter
 from wayline.registry import endpoint_tests
@@ -10,7 +11,7 @@ from wayline.registry.endpoint import EndpointOut, EndpointPatch
 from wayline.registry.ids import new_id
 from wayline.registry.models import Endpoint
 
-router = APIRouter(prefix="/endpoints", tags=["endpoints"])
+router = APIRouter(prefix="/endpoints", tags=["endpoints"], route_class=JsonRoute)
 
 
 @router.post("/{endpoint_id}/enable", response_model=EndpointOut)

@@ -1,10 +1,11 @@
 from fastapi import APIRouter, Response
 
+from wayline.api.bodies import JsonRoute
 from wayline.api.deps import CallerDep, DB, EndpointsDep, OnceDep, PagingDep
 from wayline.registry.access import Page
 from wayline.registry.endpoint import EndpointCreated, EndpointIn, EndpointOut, EndpointPatch, RotateIn, SecretOut
 
-router = APIRouter(prefix="/endpoints", tags=["endpoints"])
+router = APIRouter(prefix="/endpoints", tags=["endpoints"], route_class=JsonRoute)
 
 
 @router.post("", status_code=201, response_model=EndpointCreated)

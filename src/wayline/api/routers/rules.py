@@ -2,11 +2,12 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Request, Response
 
+from wayline.api.bodies import JsonRoute
 from wayline.api.deps import CallerDep, DB, OnceDep, PagingDep
 from wayline.registry import rule
 from wayline.registry.access import Page
 
-router = APIRouter(prefix="/rules", tags=["rules"])
+router = APIRouter(prefix="/rules", tags=["rules"], route_class=JsonRoute)
 
 
 @router.post("", status_code=201, response_model=rule.RuleOut)

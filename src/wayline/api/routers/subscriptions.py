@@ -2,12 +2,13 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Request, Response
 
+from wayline.api.bodies import JsonRoute
 from wayline.api.deps import CallerDep, DB, OnceDep, PagingDep
 from wayline.registry import subscription
 from wayline.registry.access import Page
 from wayline.registry.filter import FilterLimits
 
-router = APIRouter(prefix="/subscriptions", tags=["subscriptions"])
+router = APIRouter(prefix="/subscriptions", tags=["subscriptions"], route_class=JsonRoute)
 
 
 @router.post("", status_code=201, response_model=subscription.SubscriptionOut)
