@@ -247,3 +247,32 @@ def test_signing_secret_rotation_keeps_the_old_secret_for_the_overlap(admin, mak
     assert old["secret"] == given and old["expires_at"] is not None
     bad = customer_api.post(f"/endpoints/{ep['id']}/secrets/rotate", json={"secret": "plain"})
     assert error(bad)[:2] == (422, "invalid") and "whsec_" in error(bad)[2]
+
+
+def test_a_subscription_disabled_by_410_shows_why_on_itself_and_its_endpoint(admin, make_customer, catalog,
+                                                                            database) -> None:
+    from wayline.pipelines.delivery import GONE_REASON, disable_gone
+
+    _, client = make_customer(["t-a"])
+    endpoint = client.post("/endpoints", json={"url": RECEIVER}).json()
+    sub = client.post("/subscriptions", json={"endpoint_id": endpoint["id"], "event_types": ["order.paid"],
+                                              "tenant_scope": "tenants", "tenants": ["t-a"]}).json()
+    assert (sub["disabled_reason"], sub["disabled_at"]) == (None, None)
+    assert client.get(f"/endpoints/{endpoint['id']}").json()["disabled_subscriptions"] == []
+
+    disable_gone(database, {sub["id"]})  # what the delivery job does after a 410 Gone
+
+    gone = client.get(f"/subscriptions/{sub['id']}").json()
+    assert (gone["enabled"], gone["disabled_reason"]) == (False, GONE_REASON) and gone["disabled_at"]
+    shown = client.get(f"/endpoints/{endpoint['id']}").json()
+    assert shown["enabled"] is True
+    assert shown["disabled_subscriptions"] == [
+        {"id": sub["id"], "disabled_reason": GONE_REASON, "disabled_at": gone["disabled_at"]}]
+    listed = [e for e in client.get("/endpoints").json()["data"] if e["id"] == endpoint["id"]]
+    assert listed[0]["disabled_subscriptions"][0]["disabled_reason"] == GONE_REASON
+
+    again = client.patch(f"/subscriptions/{sub['id']}", json={"enabled": True}).json()
+    assert (again["enabled"], again["disabled_reason"], again["disabled_at"]) == (True, None, None)
+    assert client.get(f"/endpoints/{endpoint['id']}").json()["disabled_subscriptions"] == []
+    paused = client.patch(f"/subscriptions/{sub['id']}", json={"enabled": False}).json()
+    assert paused["disabled_reason"] == "disabled by the customer"

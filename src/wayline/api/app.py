@@ -21,9 +21,9 @@ from wayline.registry.secrets import SecretBox
 from wayline.registry.urls import Resolver, resolve
 
 
-def endpoint_service(settings: Settings, resolver: Resolver = resolve) -> EndpointService:
+def endpoint_service(settings: Settings, resolver: Resolver = resolve, box: SecretBox | None = None) -> EndpointService:
     return EndpointService(
-        SecretBox.from_settings(settings),
+        box or SecretBox.from_settings(settings),
         list(settings.registry.url_allow_list),
         timedelta(seconds=settings.registry.secret_overlap_s),
         resolver,
@@ -34,7 +34,8 @@ def create_app(settings: Settings, database: Database, resolver: Resolver = reso
     app = FastAPI(title="Wayline admin API", version="1", description=__doc__)
     app.state.settings = settings
     app.state.database = database
-    app.state.endpoints = endpoint_service(settings, resolver)
+    app.state.secret_box = SecretBox.from_settings(settings)
+    app.state.endpoints = endpoint_service(settings, resolver, app.state.secret_box)
     errors.install(app)
     for router in (customers.router, api_keys.router, catalog.router, endpoints.router, subscriptions.router,
                    rules.router, endpoint_actions.router, attempts.router, dead_letters.router):

@@ -39,12 +39,10 @@ def create_rule(
     time_budget_ms: Annotated[int | None, typer.Option(help="evaluation time per micro-batch")] = None,
 ) -> None:
     """Check a rule and deploy it; a running job picks it up between micro-batches."""
-    settings = Settings()
     body = rule.RuleIn(name=name, sql=_sql(sql), output_topic=output_topic, output_type=output_type,
                        partition_key=partition_key or None, state_budget=state_budget, time_budget_ms=time_budget_ms)
     with registry() as (session, _):
-        created = rule.create(session, ADMIN, body, settings.rules.default_state_budget,
-                              settings.rules.default_time_budget_ms)
+        created = rule.create(session, ADMIN, body, _policy())
     show([created], COLUMNS, "rule created")
 
 
@@ -69,7 +67,7 @@ def show_rule(rule_id: str) -> None:
 def update_rule(rule_id: str, sql: Annotated[str | None, typer.Option(help="the rule, or @file.sql")] = None) -> None:
     """Change a rule's SQL (it restarts with fresh state)."""
     with registry() as (session, _):
-        changed = rule.update(session, ADMIN, rule_id, rule.RulePatch(sql=_sql(sql) if sql else None))
+        changed = rule.update(session, ADMIN, rule_id, rule.RulePatch(sql=_sql(sql) if sql else None), _policy())
     show([changed], COLUMNS, "rule changed")
 
 
@@ -78,14 +76,14 @@ def update_rule(rule_id: str, sql: Annotated[str | None, typer.Option(help="the 
 def enable_rule(rule_id: str) -> None:
     """Run a stopped or quarantined rule again, with fresh state."""
     with registry() as (session, _):
-        show([rule.update(session, ADMIN, rule_id, rule.RulePatch(enabled=True))], COLUMNS, "rule enabled")
+        show([rule.update(session, ADMIN, rule_id, rule.RulePatch(enabled=True), _policy())], COLUMNS, "rule enabled")
 
 
 @rules_app.command("disable")
 @guarded
 def disable_rule(rule_id: str) -> None:
     with registry() as (session, _):
-        show([rule.update(session, ADMIN, rule_id, rule.RulePatch(enabled=False))], COLUMNS, "rule disabled")
+        show([rule.update(session, ADMIN, rule_id, rule.RulePatch(enabled=False), _policy())], COLUMNS, "rule disabled")
 
 
 @rules_app.command("delete")
@@ -105,6 +103,10 @@ def _view(job) -> Table:
         table.add_row(counters.name, str(counters.input), str(counters.matches), str(counters.micros // 1000),
                       str(counters.state), str(counters.late), str(counters.quarantined))
     return table
+
+
+def _policy() -> rule.RulePolicy:
+    return rule.RulePolicy.from_settings(Settings())
 
 
 def watch_rules(settings: Settings) -> None:

@@ -93,11 +93,22 @@ class RegistrySettings(_Section):
     )
     secret_overlap_s: int = Field(default=86_400, ge=0, description="old signing secret stays valid this long")
     max_page_size: int = 500
+    max_filter_bytes: int = Field(
+        default=65_536, ge=2, description="a subscription's content filter at most this many bytes of JSON"
+    )
+    max_filter_depth: int = Field(default=8, ge=1, le=32, description="filter objects nested at most this deep (32 at most)")
 
 
 class ApiSettings(_Section):
     host: str = "127.0.0.1"
     port: int = 8080
+    idempotency_ttl_s: float = Field(
+        default=86_400.0, gt=0, description="an Idempotency-Key is remembered (and its replay answered) this long"
+    )
+    test_event_max_bytes: int = Field(
+        default=65_536, ge=2, description="the data of a test event (POST /endpoints/{id}/test) at most this many bytes"
+    )
+    test_events_per_minute: int = Field(default=10, ge=1, description="test events one endpoint may be sent per minute")
 
 
 class DeliverySettings(_Section):
@@ -195,6 +206,9 @@ class RulesSettings(_Section):
     default_state_budget: int = Field(default=1_000_000, ge=1, description="state entries a rule may hold")
     default_time_budget_ms: int = Field(default=2_000, ge=1, description="evaluation time a rule may use per micro-batch")
     output_partitions: int = Field(default=2, ge=1, description="partitions of an output topic the job creates")
+    max_windows_per_event: int = Field(
+        default=1_000, ge=1, description="a hopping window's size / slide at most: each event joins that many windows"
+    )
     metrics_host: str = "127.0.0.1"
     metrics_port: int = Field(
         default=9466, ge=0, le=65_535, description="the rules job's Prometheus /metrics, per rule; 0: any free port"

@@ -239,13 +239,16 @@ def _registry_version(database: Database) -> int:
         raise RetryLater(f"the registry database is unreachable: {exc.orig}") from exc
 
 
+GONE_REASON = "its endpoint answered 410 Gone"
+
+
 def disable_gone(database: Database, subscription_ids: set[str]) -> None:
     """Disable the subscriptions whose endpoint answered 410 Gone (the version bump swaps them out)."""
     for subscription_id in sorted(subscription_ids):
         try:
             with database.transaction() as session:
                 subscription.update(session, DELIVERY_CALLER, subscription_id,
-                                    subscription.SubscriptionPatch(enabled=False))
+                                    subscription.SubscriptionPatch(enabled=False, disabled_reason=GONE_REASON))
         except RejectedInput as exc:
             # Deleted meanwhile, or no longer valid as it stands: its 410s keep being handed over.
             _log.warning("could not disable subscription %s after 410 Gone: %s", subscription_id, exc)

@@ -1,0 +1,51 @@
+"""Errors outside the registry's own: a registry database that cannot be reached is a 503."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import httpx
+import pytest
+import uvicorn
+from sqlalchemy import create_engine
+
+from wayline.api.app import create_app
+from wayline.registry.db import Database
+from wayline.stack.process import free_port
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def api_without_database(base_settings):
+    """The admin API over real HTTP, its registry a real PostgreSQL client aimed where nothing listens."""
+    engine = create_engine(f"postgresql+psycopg://wayline@127.0.0.1:{free_port()}/wayline",
+                           connect_args={"connect_timeout": 2})
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(create_app(base_settings, Database(engine)), host="127.0.0.1", port=port,
+                                           log_level="warning"))
+    thread = threading.Thread(target=server.run, name="admin-api-no-db", daemon=True)
+    thread.start()
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            httpx.get(f"{base}/openapi.json")
+            break
+        except httpx.TransportError:
+            time.sleep(0.1)
+    yield base
+    server.should_exit = True
+    thread.join(timeout=10)
+    engine.dispose()
+
+
+@pytest.mark.parametrize("path", ["/customers", "/health"])
+def test_an_unreachable_registry_answers_503_with_the_error_shape(api_without_database, path: str) -> None:
+    response = httpx.get(f"{api_without_database}{path}", headers={"Authorization": "Bearer wl_key_x_y"}, timeout=30)
+    assert (response.status_code, response.headers["Retry-After"]) == (503, "5")
+    error = response.json()["error"]
+    assert error["code"] == "unavailable"
+    assert error["message"].startswith("the registry database is unreachable")
+    assert error["message"].endswith("try again shortly")
