@@ -98,32 +98,11 @@ def api_settings(settings: Settings) -> Settings:
 @pytest.fixture(scope="session")
 def admin_api(api_settings: Settings, database) -> Iterator[str]:
     """The admin API served by uvicorn on 127.0.0.1 for the whole session; yields its base URL."""
-    import threading
-    import time
-
-    import httpx
-    import uvicorn
-
+    from tests.api.servers import served
     from wayline.api.app import create_app
-    from wayline.stack.process import free_port
 
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(
-        create_app(api_settings, database), host="127.0.0.1", port=port, log_level="warning",
-    ))
-    thread = threading.Thread(target=server.run, name="admin-api", daemon=True)
-    thread.start()
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{base}/health").status_code == 200:
-                break
-        except httpx.TransportError:
-            time.sleep(0.1)
-    yield base
-    server.should_exit = True
-    thread.join(timeout=10)
+    with served(create_app(api_settings, database)) as base:
+        yield base
 
 
 def messaging_app(settings: Settings, database, **messaging: object):

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import threading
-import time
-
 import httpx
 import pytest
-import uvicorn
 from sqlalchemy import create_engine
 
+from tests.api.servers import served
 from wayline.api.app import create_app
 from wayline.registry.db import Database
 from wayline.stack.process import free_port
@@ -22,22 +19,8 @@ def api_without_database(base_settings):
     """The admin API over real HTTP, its registry a real PostgreSQL client aimed where nothing listens."""
     engine = create_engine(f"postgresql+psycopg://wayline@127.0.0.1:{free_port()}/wayline",
                            connect_args={"connect_timeout": 2})
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(base_settings, Database(engine)), host="127.0.0.1", port=port,
-                                           log_level="warning"))
-    thread = threading.Thread(target=server.run, name="admin-api-no-db", daemon=True)
-    thread.start()
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            httpx.get(f"{base}/openapi.json")
-            break
-        except httpx.TransportError:
-            time.sleep(0.1)
-    yield base
-    server.should_exit = True
-    thread.join(timeout=10)
+    with served(create_app(base_settings, Database(engine)), health="/openapi.json") as base:
+        yield base
     engine.dispose()
 
 
