@@ -188,6 +188,27 @@ class RulesSettings(_Section):
     )
 
 
+class ReconSettings(_Section):
+    output_topic: str = Field(
+        default="wayline.recon.events", description="missing, found and metrics events, unless a reconciliation names its own"
+    )
+    heartbeat_type: str = Field(
+        default="wayline.recon.heartbeat",
+        description="events of this type on a reconciliation's topics only move its watermark",
+    )
+    tenant: str = Field(default="wayline", description="the tenantid of the events the recon job emits")
+    buckets: int = Field(
+        default=16, ge=1, le=1024, description="stateful-operator keys per reconciliation; each holds many ids"
+    )
+    trigger_interval_s: float = Field(default=1.0, gt=0, description="a micro-batch starts at most this often")
+    version_poll_s: float = Field(default=2.0, gt=0, description="the reconciliations' version is read at most this often")
+    output_partitions: int = Field(default=2, ge=1, description="partitions of an output topic the job creates")
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int = Field(
+        default=9467, ge=0, le=65_535, description="the recon job's Prometheus /metrics; 0: any free port"
+    )
+
+
 class StackSettings(_Section):
     broker_jars_dir: Path = Path("jars/broker")
     broker_heap: str = "1g"
@@ -210,6 +231,7 @@ class Settings(BaseSettings):
     delivery: DeliverySettings = DeliverySettings()
     stack: StackSettings = StackSettings()
     rules: RulesSettings = RulesSettings()
+    recon: ReconSettings = ReconSettings()
 
     @classmethod
     def settings_customise_sources(
@@ -277,6 +299,7 @@ __all__ = [
     "EnvelopeSettings",
     "KafkaSettings",
     "PostgresSettings",
+    "ReconSettings",
     "Settings",
     "SparkSettings",
     "StackSettings",
