@@ -186,6 +186,7 @@ class ReconProcessor(StatefulProcessor):
         yield self._step(key[0], records, timerValues.getCurrentProcessingTimeInMs())
 
     def handleExpiredTimer(self, key: Any, timerValues: Any, expiredTimerInfo: Any) -> Iterator[pd.DataFrame]:
+        self._timer.clear()  # Spark removed the timer that fired
         yield self._step(key[0], [], timerValues.getCurrentProcessingTimeInMs())
 
     def close(self) -> None:
@@ -316,6 +317,7 @@ class ReconJob:
         if self._query is not None:
             self._query.stop()
         self._producer.flush(30)
+        self._producer.close()
 
     def _start_query(self) -> None:
         specs = self._set.specs
