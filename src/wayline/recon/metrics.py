@@ -33,7 +33,7 @@ class ReconMetrics(Collector):
         watermark = GaugeMetricFamily("wayline_recon_watermark_seconds", "the reconciliation's watermark",
                                       labels=["reconciliation"])
         with self._database.transaction() as session:
-            names = dict(session.execute(select(Reconciliation.id, Reconciliation.name)).tuples())
+            names = {row.id: row.name for row in session.execute(select(Reconciliation.id, Reconciliation.name))}
             for published in store.latest_published(session):
                 name = names.get(published.reconciliation_id, published.reconciliation_id)
                 completeness.add_metric([name, published.source], published.completeness)

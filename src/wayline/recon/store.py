@@ -25,7 +25,7 @@ from wayline.core.errors import RejectedInput
 from wayline.recon.events import completeness
 from wayline.recon.state import COUNT_NAMES, Counts, Emitted
 from wayline.registry.access import Page, decode_cursor, encode_cursor
-from wayline.registry.models import Base
+from wayline.registry.models import Base, Reconciliation
 
 
 def _dt(ms: int) -> datetime:
@@ -123,7 +123,8 @@ def apply_batch(
     session.execute(insert(ReconBatch).values(job=job, batch_id=batch_id).on_conflict_do_update(
         index_elements=[ReconBatch.job], set_={"batch_id": batch_id}))
     now = datetime.now(timezone.utc)
-    known = set(o_by_recon)
+    # The job's set may be a poll behind: a reconciliation deleted since has no rows to add to.
+    known = set(session.scalars(select(Reconciliation.id).where(Reconciliation.id.in_(list(o_by_recon)))))
     for change in changes:
         if change.reconciliation_id not in known or not change.counts:
             continue
