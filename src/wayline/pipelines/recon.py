@@ -51,7 +51,7 @@ from wayline.core.errors import RetryLater, WaylineError
 from wayline.core.kafka import ensure_topics
 from wayline.core.settings import Settings
 from wayline.pipelines.envelope import parse_events, valid_events
-from wayline.pipelines.micro_batch import concise_failures
+from wayline.pipelines.micro_batch import concise_failures, interrupted
 from wayline.pipelines.source import read_kafka
 from wayline.recon import store
 from wayline.recon.events import id_event, metrics_event
@@ -301,7 +301,12 @@ class ReconJob:
     def exception(self) -> BaseException | None:
         if self._error is not None:
             return self._error
-        return self._query.exception() if self._query is not None else None
+        failure = self._query.exception() if self._query is not None else None
+        # A processing-time query runs a micro-batch on every trigger, so a stop nearly always
+        # interrupts one; that micro-batch is replayed from the checkpoint, nothing failed.
+        if failure is not None and self._stopping.is_set() and interrupted(failure):
+            return None
+        return failure
 
     def start(self) -> ReconJob:
         self._start_query()
