@@ -6,9 +6,11 @@ One query runs for the module (a Spark query is the expensive part) over several
 reconciliations, one per scenario, each on its own two topics. The streams advance in
 acts; each act is produced whole and worked off before the next (the query's progress
 reaches the topics' end offsets: ``processAllAvailable`` never returns here, since a
-processing-time stateful operator runs a micro-batch on every trigger), and within an act no record is far enough from another to change the outcome of
-how the act splits into micro-batches. So every figure below is exact. The job is
-stopped and started again on its checkpoint between acts 2 and 3.
+processing-time stateful operator runs a micro-batch on every trigger), and within an act
+no record is far enough from another to change the outcome of how the act splits into
+micro-batches. So every figure below is exact. The job is stopped and started again on its
+checkpoint between acts 2 and 3 (the stop interrupts a micro-batch, which the new query
+replays).
 
 Periods (most scenarios): o = 60 s, n = 10 s, m = 120 s, z = 1 h. The expected side reads
 the audited id, time and source from ``data``; the actual side uses CloudEvents attributes.

@@ -190,7 +190,8 @@ class RulesSettings(_Section):
 
 class ReconSettings(_Section):
     output_topic: str = Field(
-        default="wayline.recon.events", description="missing, found and metrics events, unless a reconciliation names its own"
+        default="wayline.recon.events",
+        description="missing, found and metrics events, unless a reconciliation names its own",
     )
     heartbeat_type: str = Field(
         default="wayline.recon.heartbeat",
@@ -201,7 +202,9 @@ class ReconSettings(_Section):
         default=16, ge=1, le=1024, description="stateful-operator keys per reconciliation; each holds many ids"
     )
     trigger_interval_s: float = Field(default=1.0, gt=0, description="a micro-batch starts at most this often")
-    version_poll_s: float = Field(default=2.0, gt=0, description="the reconciliations' version is read at most this often")
+    version_poll_s: float = Field(
+        default=2.0, gt=0, description="the reconciliations' version is read at most this often"
+    )
     output_partitions: int = Field(default=2, ge=1, description="partitions of an output topic the job creates")
     metrics_host: str = "127.0.0.1"
     metrics_port: int = Field(
