@@ -113,6 +113,7 @@ class Run:
     watermarks: dict[str, int | None] = field(default_factory=dict)
     missing: dict[str, list[str]] = field(default_factory=dict)
     status: dict[str, Any] = field(default_factory=dict)
+    restarts: int = 0
 
 
 def _end_offsets(bootstrap: str, topics: list[str]) -> dict[str, dict[str, int]]:
@@ -205,6 +206,24 @@ def run(settings: Settings, spark, database, admin_api: str, admin_key: str, tmp
                     producer.produce(topics[name][1], value=value)
             assert producer.flush(30) == 0
             _caught_up(job, _end_offsets(bootstrap, inputs))
+        # A reconciliation created while the job runs: the query restarts on its checkpoint.
+        added = (f"{prefix}.added.audit", f"{prefix}.added.events")
+        ensure_topics(bootstrap, list(added), 2)
+        response = api.post("/reconciliations", json={
+            "name": f"{prefix}-added", "output_topic": output, "periods": PERIODS,
+            "expected": {"role": "consumer-expected", "topics": [added[0]]},
+            "actual": {"role": "actual", "topics": [added[1]]},
+        })
+        assert response.status_code == 201, response.text
+        result.ids["added"] = response.json()["id"]
+        deadline = time.monotonic() + 120
+        while job.counters.restarts == 0 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        producer.produce(added[0], value=actual("x1", 1))  # an audit record read by its attributes
+        producer.produce(added[1], value=heartbeat(200))
+        assert producer.flush(30) == 0
+        _caught_up(job, _end_offsets(bootstrap, [*inputs, *added]))
+        result.restarts = job.counters.restarts
         # The stalled stream got nothing since act 1: its missing comes from processing time.
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -309,6 +328,12 @@ def test_a_corrected_window_replaces_the_earlier_row_with_a_new_revision(run: Ru
         0: {"expected": 2, "matched": 2, "found": 1, "late": 1, "revision": 2}}
     assert published(run, "corrected") == [(0, 1, 50.0), (0, 2, 100.0)]
     assert run.watermarks["corrected"] == T0_MS + 290_000
+
+
+def test_a_reconciliation_created_while_the_job_runs_is_picked_up(run: Run) -> None:
+    assert run.restarts == 1
+    assert id_events(run, "added") == [("missing", "x1")]
+    assert figures(run, "added") == {0: {"expected": 1, "missing": 1, "revision": 1}}
 
 
 def test_the_status_view(run: Run) -> None:
