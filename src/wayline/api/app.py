@@ -14,6 +14,7 @@ from wayline.api import errors
 from wayline.api.routers import (
     api_keys, attempts, catalog, customers, dead_letters, endpoint_actions, endpoints, rules, subscriptions,
 )
+from wayline.api.routers import reconciliations
 from wayline.core.settings import Settings
 from wayline.registry.db import Database
 from wayline.registry.endpoint import EndpointService
@@ -40,6 +41,7 @@ def create_app(settings: Settings, database: Database, resolver: Resolver = reso
     for router in (customers.router, api_keys.router, catalog.router, endpoints.router, subscriptions.router,
                    rules.router, endpoint_actions.router, attempts.router, dead_letters.router):
         app.include_router(router)
+    app.include_router(reconciliations.router)
 
     @app.get("/health", tags=["health"])
     def health() -> dict[str, int | str]:

@@ -14,6 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from wayline.cli.messaging import register as register_messaging
 from wayline.cli.output import console, guarded, job_log_file, watch
+from wayline.cli.recon import recon_app, watch_recon
 from wayline.cli.registry import APPS
 from wayline.cli.rules import rules_app, watch_rules
 from wayline.core.errors import WaylineError
@@ -33,6 +34,7 @@ app.add_typer(serve_app, name="serve")
 for _name, _sub_app in APPS.items():
     app.add_typer(_sub_app, name=_name)
 app.add_typer(rules_app, name="rules")
+app.add_typer(recon_app, name="recon")
 
 
 def _start_stack(settings: Settings) -> local.StackState:
@@ -197,6 +199,13 @@ def run_delivery() -> None:
 def run_rules() -> None:
     """Run every active rule over one read of the event topics; rules change while it runs."""
     watch_rules(Settings())
+
+
+@run_app.command("recon")
+@guarded
+def run_recon() -> None:
+    """Reconcile every enabled reconciliation: missing and found ids, completeness per window."""
+    watch_recon(Settings())
 
 
 @run_app.command("retries")

@@ -248,6 +248,28 @@ class MessagingSettings(_Section):
     poll_max_limit: int = Field(default=1000, ge=1, description="most records one poll returns")
     poll_max_bytes: int = Field(default=1_048_576, ge=1, description="most value bytes one poll returns")
     poll_max_wait_s: float = Field(default=30.0, ge=0, description="longest long-poll wait a request may ask for")
+class ReconSettings(_Section):
+    output_topic: str = Field(
+        default="wayline.recon.events",
+        description="missing, found and metrics events, unless a reconciliation names its own",
+    )
+    heartbeat_type: str = Field(
+        default="wayline.recon.heartbeat",
+        description="events of this type on a reconciliation's topics only move its watermark",
+    )
+    tenant: str = Field(default="wayline", description="the tenantid of the events the recon job emits")
+    buckets: int = Field(
+        default=16, ge=1, le=1024, description="stateful-operator keys per reconciliation; each holds many ids"
+    )
+    trigger_interval_s: float = Field(default=1.0, gt=0, description="a micro-batch starts at most this often")
+    version_poll_s: float = Field(
+        default=2.0, gt=0, description="the reconciliations' version is read at most this often"
+    )
+    output_partitions: int = Field(default=2, ge=1, description="partitions of an output topic the job creates")
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int = Field(
+        default=9467, ge=0, le=65_535, description="the recon job's Prometheus /metrics; 0: any free port"
+    )
 
 
 class StackSettings(_Section):
@@ -277,6 +299,7 @@ class Settings(BaseSettings):
     stack: StackSettings = StackSettings()
     rules: RulesSettings = RulesSettings()
     messaging: MessagingSettings = MessagingSettings()
+    recon: ReconSettings = ReconSettings()
 
     @classmethod
     def settings_customise_sources(
@@ -345,6 +368,7 @@ __all__ = [
     "KafkaSettings",
     "MessagingSettings",
     "PostgresSettings",
+    "ReconSettings",
     "Settings",
     "SparkSettings",
     "StackSettings",

@@ -16,6 +16,7 @@ PREFIXES = {
     "test_event": "evt_test",
     "rule": "rule",
     "topic_grant": "tg",
+    "reconciliation": "rec",
 }
 
 

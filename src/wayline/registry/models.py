@@ -172,11 +172,38 @@ class Rule(Base):
     updated_at: Mapped[datetime] = _now()
 
 
+class ReconVersion(Base):
+    """One row; a trigger bumps it with any change to ``reconciliations``. The recon job polls it."""
+
+    __tablename__ = "recon_version"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    version: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    updated_at: Mapped[datetime] = _now()
+
+
+class Reconciliation(Base):
+    __tablename__ = "reconciliations"
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    name: Mapped[str] = mapped_column(Text, nullable=False, unique=True)
+    expected: Mapped[dict[str, Any]] = mapped_column(JSONB, nullable=False)
+    actual: Mapped[dict[str, Any]] = mapped_column(JSONB, nullable=False)
+    o_ms: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    n_ms: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    m_ms: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    z_ms: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    output_topic: Mapped[str] = mapped_column(Text, nullable=False)
+    enabled: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default="true")
+    revision: Mapped[int] = mapped_column(Integer, nullable=False, server_default="1")
+    created_at: Mapped[datetime] = _now()
+    updated_at: Mapped[datetime] = _now()
+
+
 # Tables whose changes alter what the pipelines deliver; each bumps the registry version.
 VERSIONED_TABLES = ("customers", "tenants", "event_types", "endpoints", "signing_secrets", "subscriptions")
 
 __all__ = [
-    "ApiKey", "Base", "Customer", "Endpoint", "EventType", "IdempotentResponse", "RegistryVersion", "Rule",
+    "ApiKey", "Base", "Customer", "Endpoint", "EventType", "IdempotentResponse", "Reconciliation", "ReconVersion",
+    "RegistryVersion", "Rule",
     "RulesVersion",
     "SigningSecret", "TestEventSend", "Subscription", "Tenant", "VERSIONED_TABLES",
 ]

@@ -1,7 +1,7 @@
 """Messaging API: which topics a key may publish to or poll, and answered publish requests.
 
 Revision ID: 0015
-Revises: 0011a
+Revises: 0014
 Create Date: 2026-11-24
 """
 
@@ -10,7 +10,7 @@ from alembic import op
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 
 revision = "0015"
-down_revision = "0011a"
+down_revision = "0014"
 branch_labels = None
 depends_on = None
 

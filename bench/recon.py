@@ -1,0 +1,242 @@
+"""Benchmark: the recon job over ``--ids`` audited ids, against a plain read-and-parse of the same topics.
+
+The streams: one expected (audit) record and one actual event per id, over one hour of
+simulated event time, on two topics of two partitions; 0.1 % of the actuals are left out
+(they are the missing ids). The audit records carry the audited id, time and source in
+``data``; the events are CloudEvents read by their attributes. With ``m`` = 2 hours every
+id stays in flight until the end: ``--ids`` 1,000,000 means 1,000,000 ids (two million
+records) in state.
+
+Each run starts a fresh query on a fresh checkpoint over the same records already in
+Kafka, so the rate is the job's, not the producer's: records / the summed durations of
+the micro-batches that read them (``maxOffsetsPerTrigger`` cuts the input into several).
+The baseline in the same session reads and parses the same topics (JSON parse, the side's
+id, source and time read by the same JVM expressions) and counts them. Medians of
+``--runs``. Also reported: the state after the hour (rows and bytes of the stateful
+operator), and the time from a missing id's deadline to its ``missing`` event: after the
+backlog, an expected id is produced, then a heartbeat that moves the watermark past its
+deadline; the clock runs from the heartbeat's send to the event's arrival.
+
+Run: .venv/bin/python bench/recon.py [--ids 1000000] [--runs 3]
+It starts its own stack under bench/results/recon-state and stops it at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import orjson
+from confluent_kafka import Consumer, Producer
+
+from fresh_stack import fresh_stack, machine
+from wayline.core.kafka import ensure_topics
+from wayline.core.settings import Settings
+from wayline.registry import reconciliation as service
+from wayline.registry.access import ADMIN
+from wayline.registry.db import Database
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "bench" / "results"
+T0 = datetime(2026, 3, 1, tzinfo=timezone.utc)
+AUDIT, EVENTS, OUT = "bench.recon.audit", "bench.recon.events", "bench.recon.out"
+HEARTBEAT = "wayline.recon.heartbeat"
+
+
+def _send(producer: Producer, topic: str, value: bytes) -> None:
+    while True:
+        try:
+            producer.produce(topic, value=value)
+            return
+        except BufferError:
+            producer.poll(0.1)
+
+
+def produce(bootstrap: str, ids: int) -> int:
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.num.messages": 10_000})
+    sent = 0
+    for n in range(ids):
+        at = T0 + timedelta(seconds=3600 * n / ids)
+        _send(producer, AUDIT, orjson.dumps({
+            "specversion": "1.0", "id": f"a{n}", "source": "auditor", "type": "audit", "tenantid": "t",
+            "time": at.isoformat(), "data": {"audited_id": f"e{n}", "audited_time": at.isoformat(), "system": "s"},
+        }))
+        sent += 1
+        if n % 1000 != 999:
+            _send(producer, EVENTS, orjson.dumps({
+                "specversion": "1.0", "id": f"e{n}", "source": "s", "type": "order", "tenantid": "t",
+                "time": (at + timedelta(seconds=1)).isoformat(), "data": {"n": n},
+            }))
+            sent += 1
+        if n % 10_000 == 0:
+            producer.poll(0)
+    producer.flush(120)
+    return sent
+
+
+def reconcile(database: Database, name: str) -> str:
+    side = {"topics": [AUDIT], "id": "data.audited_id", "time": "data.audited_time", "source": "data.system"}
+    with database.transaction() as session:
+        for row in service.running(session):
+            session.delete(row)
+        return service.create(session, ADMIN, service.ReconciliationIn.model_validate({
+            "name": name, "output_topic": OUT,
+            "expected": {"role": "producer-expected", **side}, "actual": {"role": "actual", "topics": [EVENTS]},
+            "periods": {"o": 60, "n": 30, "m": 7200, "z": 3600},
+        }), OUT).id
+
+
+class Progress:
+    """Every micro-batch's progress, by batch id (recentProgress keeps only the last 100)."""
+
+    def __init__(self) -> None:
+        self.by_batch: dict[int, dict[str, Any]] = {}
+
+    def poll(self, query) -> int:
+        for progress in query.recentProgress:
+            self.by_batch[progress["batchId"]] = progress
+        return sum(p["numInputRows"] for p in self.by_batch.values())
+
+    def summary(self, records: int) -> dict[str, Any]:
+        busy = [p for p in self.by_batch.values() if p["numInputRows"] > 0]
+        seconds = sum(p["durationMs"]["triggerExecution"] for p in busy) / 1000
+        return {"rate": records / seconds, "seconds": seconds, "batches": len(busy)}
+
+
+def wait_for(query, progress: Progress, records: int, timeout: float = 1800) -> None:
+    deadline = time.monotonic() + timeout
+    while progress.poll(query) < records:
+        if query.exception() is not None:
+            raise RuntimeError(query.exception())
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the query did not read {records} records within {timeout} s")
+        time.sleep(0.5)
+
+
+def baseline_once(spark, settings: Settings, database: Database, records: int, checkpoint: Path) -> dict[str, Any]:
+    from wayline.pipelines.envelope import parse_events, valid_events
+    from wayline.pipelines.recon import load_recon_set, routed_records, topics_pattern
+    from wayline.pipelines.source import read_kafka
+
+    shutil.rmtree(checkpoint, ignore_errors=True)
+    specs = load_recon_set(database).specs
+    events = valid_events(parse_events(read_kafka(spark, settings, topics_pattern(specs)),
+                                       max_bytes=settings.envelope.max_bytes))
+    routed = routed_records(events, specs, settings.recon.heartbeat_type, settings.recon.buckets)
+    query = (routed.writeStream.option("checkpointLocation", str(checkpoint))
+             .trigger(processingTime=f"{int(settings.recon.trigger_interval_s * 1000)} milliseconds")
+             .foreachBatch(lambda batch, _id: batch.count()).start())
+    progress = Progress()
+    try:
+        wait_for(query, progress, records)
+    finally:
+        query.stop()
+    return progress.summary(records)
+
+
+def recon_once(spark, settings: Settings, database: Database, records: int, checkpoint: Path,
+               latency: bool) -> dict[str, Any]:
+    from wayline.pipelines.recon import ReconJob
+
+    shutil.rmtree(checkpoint, ignore_errors=True)
+    job = ReconJob(spark, settings, database, checkpoint).start()
+    progress = Progress()
+    try:
+        wait_for(job.query, progress, records)
+        result = progress.summary(records)
+        state = (job.query.lastProgress.get("stateOperators") or [{}])[0]
+        custom = state.get("customMetrics") or {}
+        result.update(state_rows=state.get("numRowsTotal", 0), state_bytes=state.get("memoryUsedBytes", 0),
+                      rocksdb_bytes=custom.get("rocksdbSstFileSize", 0) + custom.get("rocksdbTotalSizeOfL0Files", 0),
+                      missing=job.counters.missing)
+        if latency:
+            result["deadline_to_missing_s"] = [deadline_to_missing(settings, n) for n in range(3)]
+        return result
+    finally:
+        job.stop()
+
+
+def deadline_to_missing(settings: Settings, n: int) -> float:
+    """An expected id past the backlog, then a heartbeat past its deadline: seconds to its ``missing``."""
+    bootstrap = settings.kafka_bootstrap()
+    at = T0 + timedelta(hours=2 + n)
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{time.time_ns()}",
+                         "auto.offset.reset": "latest"})
+    consumer.subscribe([OUT])
+    while not consumer.assignment():
+        consumer.poll(0.2)
+    producer = Producer({"bootstrap.servers": bootstrap})
+    wanted = f"late-{n}"
+    producer.produce(AUDIT, value=orjson.dumps({
+        "specversion": "1.0", "id": f"x{n}", "source": "auditor", "type": "audit", "tenantid": "t",
+        "time": at.isoformat(), "data": {"audited_id": wanted, "audited_time": at.isoformat(), "system": "s"}}))
+    producer.flush(30)
+    time.sleep(3 * settings.recon.trigger_interval_s)  # the id is in state before its deadline comes
+    producer.produce(EVENTS, value=orjson.dumps({
+        "specversion": "1.0", "id": f"hb{n}", "source": "s", "type": HEARTBEAT, "tenantid": "t",
+        "time": (at + timedelta(seconds=61)).isoformat()}))
+    producer.flush(30)
+    sent = time.monotonic()
+    try:
+        while time.monotonic() - sent < 120:
+            message = consumer.poll(0.2)
+            if message is not None and not message.error() and orjson.loads(message.value()).get("subject") == wanted:
+                return time.monotonic() - sent
+        raise RuntimeError("no missing event within 120 s")
+    finally:
+        consumer.close()
+        producer.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--ids", type=int, default=1_000_000)
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args()
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    state = RESULTS / "recon-state"
+    base = Settings()
+    overrides = {
+        "spark": base.spark.model_copy(update={"jars_dir": REPO / "jars" / "spark"}),
+        "stack": base.stack.model_copy(update={"broker_jars_dir": REPO / "jars" / "broker"}),
+        "kafka": base.kafka.model_copy(update={"max_offsets_per_trigger": 200_000}),
+    }
+    with fresh_stack(state, **overrides) as (settings, database):
+        from wayline.stack.spark import spark_session
+
+        ensure_topics(settings.kafka_bootstrap(), [AUDIT, EVENTS, OUT], 2)
+        started = time.monotonic()
+        records = produce(settings.kafka_bootstrap(), args.ids)
+        print(f"produced {records:,} records in {time.monotonic() - started:.0f} s")
+        spark = spark_session(settings)
+        baselines, recons = [], []
+        for run in range(args.runs):
+            reconcile(database, f"bench-{run}")
+            baselines.append(baseline_once(spark, settings, database, records, state / f"cp-base-{run}"))
+            print("baseline", baselines[-1])
+            recons.append(recon_once(spark, settings, database, records, state / f"cp-recon-{run}",
+                                     latency=run == args.runs - 1))
+            print("recon", recons[-1])
+        spark.stop()
+        result = {
+            **machine(), "ids": args.ids, "records": records, "runs": args.runs,
+            "baseline_rate": statistics.median(r["rate"] for r in baselines),
+            "recon_rate": statistics.median(r["rate"] for r in recons),
+            "state_rows": recons[-1]["state_rows"], "state_bytes": recons[-1]["state_bytes"],
+            "rocksdb_bytes": recons[-1]["rocksdb_bytes"],
+            "missing": recons[-1]["missing"],
+            "deadline_to_missing_s": statistics.median(recons[-1]["deadline_to_missing_s"]),
+            "baselines": baselines, "recons": recons,
+        }
+    print(json.dumps(result, indent=1, default=str))
+    (RESULTS / "recon.json").write_text(json.dumps(result, indent=1, default=str))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,177 @@
+"""`wayline recon …` (reconciliations, through the same service as the admin API, and their
+status) and `wayline run recon` (the recon job with a live view)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from wayline.cli.output import console, guarded, job_log_file, watch
+from wayline.cli.registry import Limit, registry, show
+from wayline.core.settings import Settings
+from wayline.registry import reconciliation
+from wayline.registry.access import ADMIN
+from wayline.stack.logs import job_log
+
+recon_app = typer.Typer(no_args_is_help=True, help="Reconciliations: prove every audited id arrived.")
+COLUMNS = ("id", "name", "output_topic", "enabled", "revision")
+Seconds = Annotated[float, typer.Option(min=0.001)]
+
+
+def _side(role: str, topics: list[str] | None, pattern: str | None, id_: str, source: str,
+          time: str) -> reconciliation.SideIn:
+    return reconciliation.SideIn(role=role, topics=topics or [], pattern=pattern, id=id_, source=source, time=time)
+
+
+def _periods(o: float, n: float, m: float, z: float) -> reconciliation.PeriodsIn:
+    return reconciliation.PeriodsIn(o=timedelta(seconds=o), n=timedelta(seconds=n), m=timedelta(seconds=m),
+                                    z=timedelta(seconds=z))
+
+
+@recon_app.command("create")
+@guarded
+def create_reconciliation(
+    name: str,
+    expected_topic: Annotated[list[str] | None, typer.Option(help="an audit topic; repeat")] = None,
+    expected_pattern: Annotated[str | None, typer.Option(help="or a regex over topic names")] = None,
+    expected_role: Annotated[str, typer.Option(help="producer-expected or consumer-expected")] = "producer-expected",
+    expected_id: Annotated[str, typer.Option(help="a CloudEvents attribute or data.* path")] = "id",
+    expected_source: Annotated[str, typer.Option()] = "source",
+    expected_time: Annotated[str, typer.Option()] = "time",
+    actual_topic: Annotated[list[str] | None, typer.Option(help="an event topic; repeat")] = None,
+    actual_pattern: Annotated[str | None, typer.Option(help="or a regex over topic names")] = None,
+    actual_id: Annotated[str, typer.Option()] = "id",
+    actual_source: Annotated[str, typer.Option()] = "source",
+    actual_time: Annotated[str, typer.Option()] = "time",
+    o: Annotated[float, typer.Option("--o", help="metrics interval, s")] = 60,
+    n: Annotated[float, typer.Option("--n", help="missing after (and out-of-orderness allowed), s")] = 30,
+    m: Annotated[float, typer.Option("--m", help="correction window (and state retention), s")] = 3600,
+    z: Annotated[float, typer.Option("--z", help="processing time a stalled watermark waits, s")] = 300,
+    output_topic: Annotated[str | None, typer.Option(help="default: recon.output_topic")] = None,
+) -> None:
+    """Create a reconciliation; a running job picks it up (it restarts on its checkpoint)."""
+    body = reconciliation.ReconciliationIn(
+        name=name,
+        expected=_side(expected_role, expected_topic, expected_pattern, expected_id, expected_source, expected_time),
+        actual=_side("actual", actual_topic, actual_pattern, actual_id, actual_source, actual_time),
+        periods=_periods(o, n, m, z), output_topic=output_topic,
+    )
+    with registry() as (session, _):
+        created = reconciliation.create(session, ADMIN, body, Settings().recon.output_topic)
+    show([created], COLUMNS, "reconciliation created")
+
+
+@recon_app.command("list")
+@guarded
+def list_reconciliations(limit: Limit = 100) -> None:
+    with registry() as (session, _):
+        show(reconciliation.list_(session, ADMIN, None, limit, 10_000), COLUMNS, "reconciliations")
+
+
+@recon_app.command("periods")
+@guarded
+def change_periods(reconciliation_id: str, o: Annotated[float, typer.Option("--o")],
+                   n: Annotated[float, typer.Option("--n")], m: Annotated[float, typer.Option("--m")],
+                   z: Annotated[float, typer.Option("--z")]) -> None:
+    """Change the periods (seconds); kept state takes them at once."""
+    with registry() as (session, _):
+        changed = reconciliation.update(session, ADMIN, reconciliation_id,
+                                        reconciliation.ReconciliationPatch(periods=_periods(o, n, m, z)))
+    show([changed], COLUMNS, "periods changed")
+
+
+@recon_app.command("enable")
+@guarded
+def enable_reconciliation(reconciliation_id: str) -> None:
+    with registry() as (session, _):
+        show([reconciliation.update(session, ADMIN, reconciliation_id,
+                                    reconciliation.ReconciliationPatch(enabled=True))], COLUMNS, "enabled")
+
+
+@recon_app.command("disable")
+@guarded
+def disable_reconciliation(reconciliation_id: str) -> None:
+    """Stop reconciling (its state is dropped)."""
+    with registry() as (session, _):
+        show([reconciliation.update(session, ADMIN, reconciliation_id,
+                                    reconciliation.ReconciliationPatch(enabled=False))], COLUMNS, "disabled")
+
+
+@recon_app.command("delete")
+@guarded
+def delete_reconciliation(reconciliation_id: str) -> None:
+    with registry() as (session, _):
+        reconciliation.delete(session, ADMIN, reconciliation_id)
+    console.print(f"reconciliation {reconciliation_id} deleted")
+
+
+@recon_app.command("status")
+@guarded
+def recon_status(
+    reconciliation_id: str,
+    windows: Annotated[int, typer.Option(help="newest windows to show")] = 10,
+    missing: Annotated[int, typer.Option(help="missing ids to show")] = 20,
+) -> None:
+    """Completeness per source and window, the watermark, and the ids missing now."""
+    from wayline.api.routers.reconciliations import window_out
+    from wayline.recon import store
+    from wayline.recon.events import iso
+
+    with registry() as (session, _):
+        found = reconciliation.get(session, ADMIN, reconciliation_id)
+        mark = store.watermark(session, reconciliation_id)
+        shown = [window_out(w) for w in store.windows(session, reconciliation_id, windows)]
+        count = store.missing_count(session, reconciliation_id)
+        ids = store.missing_ids(session, reconciliation_id, None, missing, 10_000).data
+    table = Table(title=f"{found.name}: watermark {iso(mark) if mark is not None else 'none yet'}, "
+                        f"{count} missing now")
+    names = ("source", "window_start", "expected", "matched", "missing", "found", "duplicates", "late", "too_late",
+             "completeness", "revision")
+    for column in names:
+        table.add_column(column)
+    for window in shown:
+        values = window.model_dump()
+        table.add_row(*(str(values[column]) for column in names))
+    console.print(table)
+    for row in ids:
+        console.print(f"  missing {row['id']} ({row['source']}, {row['expected_time'].isoformat()})")
+
+
+def watch_recon(settings: Settings) -> None:
+    """Run the recon job with a live view and Prometheus gauges until Ctrl-C."""
+    from wayline.core.metrics import serve_metrics
+    from wayline.pipelines.recon import ReconJob
+    from wayline.recon.metrics import ReconMetrics
+    from wayline.registry.db import Database, make_engine
+    from wayline.stack.spark import spark_session
+
+    engine = make_engine(settings)
+    database = Database(engine)
+    server = serve_metrics(ReconMetrics(database), settings.recon.metrics_host, settings.recon.metrics_port,
+                           "WAYLINE_RECON__METRICS_PORT")
+    try:
+        with job_log(job_log_file(settings, "recon")):
+            with console.status("starting Spark…"):
+                spark = spark_session(settings)
+            job = ReconJob(spark, settings, database, settings.checkpoint_root / "recon").start()
+            console.print(f"reconciling {len(job.recon_set.specs)} reconciliations; metrics at {server.where}; "
+                          "Ctrl-C stops")
+
+            def view() -> str:
+                seen = job.counters
+                return (f"{seen.batches:,} micro-batches · {seen.missing:,} missing · {seen.found:,} found · "
+                        f"{seen.published:,} windows published · {seen.restarts} restarts")
+
+            try:
+                watch(job, view, "recon job")
+            finally:
+                spark.stop()
+    finally:
+        server.close()
+        engine.dispose()
+
+
+__all__ = ["recon_app", "watch_recon"]

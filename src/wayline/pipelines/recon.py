@@ -1,0 +1,432 @@
+"""`wayline run recon`: every enabled reconciliation over one read of its topics.
+
+The query::
+
+    Kafka (every reconciliation's topics, one pattern) -> parse once (JVM)
+      -> per reconciliation and side: (reconciliation, side, id, source, time) read by
+         Spark SQL expressions (CloudEvents attributes or data.* paths); heartbeats once per bucket
+      -> ONE shuffle by (reconciliation, bucket = hash(id) % recon.buckets)
+      -> transformWithStateInPandas (processing-time mode) -> ReconProcessor: one
+         ``wayline.recon.state.Bucket`` per key, pickled into one value per key
+      -> foreachBatch: ONE Spark job collects the changes; the driver writes the missing,
+         found and metrics events (confluent-kafka) and applies the changes to PostgreSQL,
+         guarded by the micro-batch id (``wayline.recon.store``).
+
+Why a Python operator over coarse buckets and not the JVM's joins: ``docs/decisions.md``,
+"Reconciliation (issue 14)". In short, a missing id must be reported ``n`` after its
+time while the same id must still take corrections until ``m``: Spark's one watermark
+per query emits an outer join's unmatched rows only when it drops their state, and drops
+(silently) every row older than the watermark, so ``n < m`` cannot be expressed, nor
+"too late" counted. Processing-time mode also gives the ``z`` timer, which event-time
+mode cannot.
+
+Reconciliations change without a lost record: the driver polls their version between
+micro-batches and restarts the query on its checkpoint when it moved (the plan holds the
+topics and the expressions that read ids; a bucket's state survives, and takes the new
+periods).
+"""
+
+from __future__ import annotations
+
+import logging
+import pickle
+import re
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pandas as pd
+from confluent_kafka import Producer
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle, StreamingQuery
+from pyspark.sql.types import BinaryType, LongType, StringType, StructField, StructType
+
+from wayline.core.errors import RetryLater, WaylineError
+from wayline.core.kafka import ensure_topics
+from wayline.core.settings import Settings
+from wayline.pipelines.envelope import parse_events, valid_events
+from wayline.pipelines.micro_batch import concise_failures, interrupted
+from wayline.pipelines.source import read_kafka
+from wayline.recon import store
+from wayline.recon.events import id_event, metrics_event
+from wayline.recon.periods import Periods
+from wayline.recon.state import COUNT_NAMES, Bucket, Counts, Emitted, Record, Step
+from wayline.registry import reconciliation as service
+from wayline.registry.db import Database
+from wayline.registry.reconciliation import SideIn
+
+log = logging.getLogger(__name__)
+
+MISSING, FOUND, CHANGE, MARK = "missing", "found", "change", "mark"
+OUTPUT_SCHEMA = StructType([
+    StructField("kind", StringType()),
+    StructField("recon_id", StringType()),
+    StructField("id", StringType()),
+    StructField("source", StringType()),
+    StructField("window_start", LongType()),
+    StructField("expected_time", LongType()),
+    StructField("actual_time", LongType()),
+    StructField("watermark", LongType()),
+    *(StructField(name, LongType()) for name in COUNT_NAMES),
+])
+_STATE_SCHEMA = StructType([StructField("blob", BinaryType())])
+_TIMER_SCHEMA = StructType([StructField("at", LongType())])
+
+
+@dataclass(frozen=True)
+class ReconSpec:
+    """A running reconciliation as the job uses it."""
+
+    id: str
+    name: str
+    revision: int
+    periods: Periods
+    expected: SideIn
+    actual: SideIn
+    output_topic: str
+
+
+@dataclass(frozen=True)
+class ReconSet:
+    version: int
+    specs: tuple[ReconSpec, ...]
+
+    def by_id(self) -> dict[str, ReconSpec]:
+        return {spec.id: spec for spec in self.specs}
+
+
+def load_recon_set(database: Database) -> ReconSet:
+    with database.transaction() as session:
+        version = service.recon_version(session)
+        specs = tuple(
+            ReconSpec(row.id, row.name, row.revision, service.periods_of(row), service.side_of(row, "expected"),
+                      service.side_of(row, "actual"), row.output_topic)
+            for row in service.running(session)
+        )
+    return ReconSet(version, specs)
+
+
+# -- reading the records (JVM) -------------------------------------------------------------------
+
+
+def side_regex(side: SideIn) -> str:
+    """The side's topics as one regex; Kafka matches a subscription pattern against the whole name."""
+    return f"(?:{side.pattern})" if side.pattern is not None else "(?:" + "|".join(map(re.escape, side.topics)) + ")"
+
+
+def topics_pattern(specs: Sequence[ReconSpec]) -> str:
+    return "^(?:" + "|".join(side_regex(side) for spec in specs for side in (spec.expected, spec.actual)) + ")$"
+
+
+def _field(where: str) -> Column:
+    if where.startswith("data."):
+        # Validated at submit time as identifiers, so the path needs no quoting.
+        return F.try_variant_get(F.col("data"), "$" + where[len("data"):], "string")
+    if where == "time":
+        return F.date_format(F.col("event_time"), "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX")
+    return F.col(where).cast("string")
+
+
+def _time_ms(where: str) -> Column:
+    if where == "time":
+        return F.unix_millis(F.col("event_time"))
+    return F.unix_millis(_field(where).try_cast("timestamp"))
+
+
+def routed_records(events: DataFrame, specs: Sequence[ReconSpec], heartbeat_type: str, buckets: int) -> DataFrame:
+    """(recon_id, side, id, source, time, bucket) per reconciliation a record belongs to; a
+    heartbeat once per bucket of its reconciliation, so it moves every bucket's clock."""
+    routes = []
+    is_heartbeat = F.col("type") == F.lit(heartbeat_type)
+    for spec in specs:
+        on_any = F.lit(False)
+        for side_name, side in (("expected", spec.expected), ("actual", spec.actual)):
+            on_side = F.col("topic").rlike(f"^{side_regex(side)}$")
+            on_any = on_any | on_side
+            routes.append(F.when(on_side & ~is_heartbeat, F.struct(
+                F.lit(spec.id).alias("recon_id"), F.lit(side_name).alias("side"), _field(side.id).alias("id"),
+                F.coalesce(_field(side.source), F.lit("")).alias("source"), _time_ms(side.time).alias("time"),
+            )))
+        routes.append(F.when(on_any & is_heartbeat, F.struct(
+            F.lit(spec.id).alias("recon_id"), F.lit("heartbeat").alias("side"), F.lit("").alias("id"),
+            F.lit("").alias("source"), F.unix_millis(F.col("event_time")).alias("time"),
+        )))
+    exploded = events.select(F.explode(F.array(*routes)).alias("r")).where(
+        F.col("r").isNotNull() & F.col("r.id").isNotNull() & F.col("r.time").isNotNull()).select("r.*")
+    bucket = F.when(F.col("side") == F.lit("heartbeat"), F.sequence(F.lit(0), F.lit(buckets - 1))).otherwise(
+        F.array(F.pmod(F.xxhash64(F.col("id")), F.lit(buckets)).cast("int")))
+    return exploded.select("recon_id", "side", "id", "source", "time", F.explode(bucket).alias("bucket"))
+
+
+# -- the stateful processor ----------------------------------------------------------------------
+
+
+class ReconProcessor(StatefulProcessor):
+    """One key is (reconciliation, bucket); its state is one pickled :class:`Bucket`."""
+
+    def __init__(self, periods: dict[str, Periods]) -> None:
+        self._periods = periods
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self._handle = handle
+        self._state = handle.getValueState("bucket", _STATE_SCHEMA)
+        self._timer = handle.getValueState("timer", _TIMER_SCHEMA)
+
+    def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any) -> Iterator[pd.DataFrame]:
+        frame = pd.concat(list(rows), ignore_index=True)
+        records = [Record(side, id_, source, int(time_)) for side, id_, source, time_ in zip(
+            frame["side"].tolist(), frame["id"].tolist(), frame["source"].tolist(), frame["time"].tolist(),
+            strict=True)]
+        yield self._step(key[0], records, timerValues.getCurrentProcessingTimeInMs())
+
+    def handleExpiredTimer(self, key: Any, timerValues: Any, expiredTimerInfo: Any) -> Iterator[pd.DataFrame]:
+        self._timer.clear()  # Spark removed the timer that fired
+        yield self._step(key[0], [], timerValues.getCurrentProcessingTimeInMs())
+
+    def close(self) -> None:
+        pass
+
+    def _step(self, recon_id: str, records: list[Record], now: int) -> pd.DataFrame:
+        periods = self._periods.get(recon_id)
+        if periods is None:  # the reconciliation was removed or disabled: so is its state
+            self._state.clear()
+            self._clear_timer()
+            return _frame([])
+        stored = self._state.get()
+        bucket: Bucket = pickle.loads(stored[0]) if stored is not None else Bucket(periods)
+        bucket.periods = periods
+        step = bucket.process(records, now)
+        if bucket.size or bucket.clock is not None:
+            self._state.update((pickle.dumps(bucket, protocol=pickle.HIGHEST_PROTOCOL),))
+        wake = bucket.wake_at
+        timer = self._timer.get()
+        if (timer[0] if timer is not None else None) != wake:
+            self._clear_timer()
+            if wake is not None:
+                self._handle.registerTimer(wake)
+                self._timer.update((wake,))
+        return _frame(_rows(recon_id, step))
+
+    def _clear_timer(self) -> None:
+        timer = self._timer.get()
+        if timer is not None:
+            self._handle.deleteTimer(timer[0])
+            self._timer.clear()
+
+
+def _rows(recon_id: str, step: Step) -> list[tuple[Any, ...]]:
+    none_counts = (None,) * len(COUNT_NAMES)
+    out: list[tuple[Any, ...]] = [
+        (e.kind, recon_id, e.id, e.source, None, e.expected_time, e.actual_time, e.watermark, *none_counts)
+        for e in step.emitted
+    ]
+    for (source, window), counts in step.counts.items():
+        if counts:
+            out.append((CHANGE, recon_id, None, source, window, None, None, None,
+                        *(getattr(counts, name) for name in COUNT_NAMES)))
+    if step.watermark is not None:
+        out.append((MARK, recon_id, None, None, None, None, None, step.watermark, *none_counts))
+    return out
+
+
+def _frame(rows: list[tuple[Any, ...]]) -> pd.DataFrame:
+    return pd.DataFrame(rows, columns=[f.name for f in OUTPUT_SCHEMA.fields])
+
+
+def recon_stream(spark: SparkSession, settings: Settings, specs: Sequence[ReconSpec]) -> DataFrame:
+    raw = read_kafka(spark, settings, topics_pattern(specs))
+    events = valid_events(parse_events(raw, max_bytes=settings.envelope.max_bytes))
+    routed = routed_records(events, specs, settings.recon.heartbeat_type, settings.recon.buckets)
+    return routed.groupBy("recon_id", "bucket").transformWithStateInPandas(
+        statefulProcessor=ReconProcessor({spec.id: spec.periods for spec in specs}),
+        outputStructType=OUTPUT_SCHEMA,
+        outputMode="Append",
+        # Processing time: the z timeout needs its timers, and no row is dropped by a
+        # watermark (the reconciler judges lateness itself, and counts what is too late).
+        timeMode="ProcessingTime",
+    )
+
+
+# -- the job ------------------------------------------------------------------------------------
+
+
+@dataclass
+class ReconCounters:
+    batches: int = 0
+    restarts: int = 0
+    missing: int = 0
+    found: int = 0
+    published: int = 0
+    figures: dict[tuple[str, str], Counts] = field(default_factory=lambda: defaultdict(Counts))
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+
+class ReconJob:
+    """The recon query and its driver-side loop: version polling, restarts, outputs."""
+
+    def __init__(self, spark: SparkSession, settings: Settings, database: Database, checkpoint: Path) -> None:
+        self._spark = spark
+        self._settings = settings
+        self._database = database
+        self._checkpoint = checkpoint
+        self._job = f"recon:{checkpoint.resolve()}"
+        self.counters = ReconCounters()
+        self._set = load_recon_set(database)
+        self._checked_at = time.monotonic()
+        self._query: StreamingQuery | None = None
+        self._restart = threading.Event()
+        self._stopping = threading.Event()
+        self._supervisor: threading.Thread | None = None
+        self._error: BaseException | None = None
+        self._producer = Producer({"bootstrap.servers": settings.kafka_bootstrap(), "linger.ms": 5})
+
+    @property
+    def query(self) -> StreamingQuery | None:
+        return self._query
+
+    @property
+    def recon_set(self) -> ReconSet:
+        return self._set
+
+    @property
+    def isActive(self) -> bool:  # noqa: N802 - the StreamingQuery protocol `watch` expects
+        return self._error is None and (self._query is None or self._query.isActive or self._restart.is_set())
+
+    def exception(self) -> BaseException | None:
+        if self._error is not None:
+            return self._error
+        failure = self._query.exception() if self._query is not None else None
+        # A processing-time query runs a micro-batch on every trigger, so a stop nearly always
+        # interrupts one; that micro-batch is replayed from the checkpoint, nothing failed.
+        if failure is not None and self._stopping.is_set() and interrupted(failure):
+            return None
+        return failure
+
+    def start(self) -> ReconJob:
+        self._start_query()
+        self._supervisor = threading.Thread(target=self._supervise, name="recon-supervisor", daemon=True)
+        self._supervisor.start()
+        return self
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._restart.set()
+        if self._supervisor is not None:
+            self._supervisor.join(timeout=120)
+        if self._query is not None:
+            self._query.stop()
+        self._producer.flush(30)
+        self._producer.close()
+
+    def _start_query(self) -> None:
+        specs = self._set.specs
+        if not specs:
+            raise WaylineError("no enabled reconciliation: create one with `wayline recon create` or the admin API")
+        ensure_topics(self._settings.kafka_bootstrap(), {spec.output_topic for spec in specs},
+                      self._settings.recon.output_partitions)
+        self._query = (
+            recon_stream(self._spark, self._settings, specs).writeStream.queryName("wayline-recon")
+            .option("checkpointLocation", str(self._checkpoint))
+            .trigger(processingTime=f"{int(self._settings.recon.trigger_interval_s * 1000)} milliseconds")
+            .foreachBatch(concise_failures("wayline-recon", self._batch))
+            .start()
+        )
+
+    def _supervise(self) -> None:
+        while not self._stopping.is_set():
+            self._restart.wait()
+            if self._stopping.is_set():
+                return
+            try:
+                assert self._query is not None
+                self._query.stop()
+                self.counters.restarts += 1
+                self._start_query()
+            except BaseException as exc:  # noqa: BLE001 - surfaced by exception()
+                self._error = exc
+                return
+            finally:
+                self._restart.clear()
+
+    def _poll(self) -> None:
+        now = time.monotonic()
+        if now - self._checked_at < self._settings.recon.version_poll_s:
+            return
+        self._checked_at = now
+        with self._database.transaction() as session:
+            version = service.recon_version(session)
+        if version != self._set.version:
+            self._set = load_recon_set(self._database)
+            self._restart.set()
+
+    # -- one micro-batch ------------------------------------------------------------------------
+
+    def _batch(self, batch: DataFrame, batch_id: int) -> None:
+        # The one Spark job of the micro-batch: a bucket's output is a few rows per window.
+        rows = batch.collect()
+        specs = self._set.by_id()
+        changes: dict[tuple[str, str, int], Counts] = defaultdict(Counts)
+        marks: dict[str, int] = {}
+        emitted: list[tuple[str, Emitted]] = []
+        for row in rows:
+            if row.kind == CHANGE:
+                changes[(row.recon_id, row.source, row.window_start)].add(
+                    Counts(**{name: row[name] for name in COUNT_NAMES}))
+            elif row.kind == MARK:
+                marks[row.recon_id] = max(marks.get(row.recon_id, row.watermark), row.watermark)
+            else:
+                emitted.append((row.recon_id, Emitted(row.kind, row.id, row.source, row.expected_time,
+                                                      row.actual_time, row.watermark)))
+        emitted.sort(key=lambda pair: (pair[0], pair[1].expected_time, pair[1].id, pair[1].kind != MISSING))
+        tenant = self._settings.recon.tenant
+        for recon_id, event in emitted:
+            spec = specs.get(recon_id)
+            if spec is not None:
+                self._produce(spec.output_topic, event.id, id_event(recon_id, spec.name, tenant, event))
+        with self._database.transaction() as session:
+            published = store.apply_batch(
+                session, self._job, batch_id, {i: s.periods.o for i, s in specs.items()},
+                {i: s.periods.n for i, s in specs.items()},
+                [store.WindowChange(r, s, w, c) for (r, s, w), c in changes.items()], marks, emitted,
+            )
+            for window in published or []:
+                spec = specs[window.reconciliation_id]
+                self._produce(spec.output_topic, f"{window.source}/{window.window_start}",
+                              metrics_event(spec.id, spec.name, tenant, window.figures()))
+            # Before the commit: a crash in between replays the micro-batch, which publishes again.
+            if self._producer.flush(30):
+                raise RetryLater("the recon events were not acknowledged by Kafka within 30 s")
+        self._account(published, emitted, changes)
+        self._poll()
+
+    def _produce(self, topic: str, key: str, event: dict[str, Any]) -> None:
+        while True:
+            try:
+                self._producer.produce(topic, key=key.encode(), value=orjson.dumps(event))
+                return
+            except BufferError:
+                self._producer.poll(0.1)
+
+    def _account(self, published: list[store.Window] | None, emitted: list[tuple[str, Emitted]],
+                 changes: dict[tuple[str, str, int], Counts]) -> None:
+        counters = self.counters
+        with counters._lock:
+            counters.batches += 1
+            counters.missing += sum(1 for _, e in emitted if e.kind == MISSING)
+            counters.found += sum(1 for _, e in emitted if e.kind == FOUND)
+            counters.published += len(published or [])
+            if published is not None:
+                for (recon_id, source, _), counts in changes.items():
+                    counters.figures[(recon_id, source)].add(counts)
+
+
+__all__ = [
+    "OUTPUT_SCHEMA", "ReconCounters", "ReconJob", "ReconProcessor", "ReconSet", "ReconSpec", "load_recon_set",
+    "recon_stream", "routed_records", "side_regex", "topics_pattern",
+]
