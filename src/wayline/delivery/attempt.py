@@ -25,7 +25,7 @@ from wayline.delivery.retry import (
     DEFAULT_RETRY_POLICY, HeldBack, Random, RetryPolicy, Verdict, classify, next_attempt_at,
 )
 from wayline.delivery.signing import Secret, batch_message_id, message_id, signed_headers
-from wayline.delivery.transport import Endpoint, Failure, FailureKind, Request, Response, Result
+from wayline.delivery.transport import Endpoint, FailureKind, Request, Response, Result
 
 
 class Kind(StrEnum):

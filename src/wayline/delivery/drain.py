@@ -45,7 +45,6 @@ from wayline.delivery.store import (
     attempt_row, blocked, describe, failed_attempt, mark_endpoints_and_subscriptions,
 )
 from wayline.delivery.targets import Target
-from wayline.delivery.transport import FailureKind
 from wayline.registry.ids import new_id
 from wayline.registry.models import Endpoint
 
@@ -300,11 +299,7 @@ def run_retry_stage(
         return tally
     pendings = [c.pending for c in claims]
     gone = queue.blocked({p.subscription_id for p in pendings}, ()).gone
-    unsent: list[State] = [
-        abandon(p, HeldBack(FailureKind.INVALID_REQUEST,
-                            f"not sent: subscription {p.subscription_id} is disabled or its endpoint answered 410 Gone"))
-        for p in pendings if p.subscription_id in gone
-    ]
+    unsent: list[State] = [abandon(p) for p in pendings if p.subscription_id in gone]
     if unsent:
         queue.settle(claims, unsent, clock())
     todo = [p for p in pendings if p.subscription_id not in gone]

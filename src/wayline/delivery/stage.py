@@ -45,8 +45,8 @@ TransportFactory = Callable[[], AbstractAsyncContextManager[Transport]]
 Record = Callable[[Sequence[State]], None]
 """Keeps a batch of settled deliveries (the store's ``record``, the retry queue's ``settle``)."""
 
-# A crash resends what was settled but not yet recorded: a fifth of a second of outcomes
-# at most, in one statement per table per batch rather than one round trip per request.
+# A crash resends what was settled but not yet recorded: about 0.15 s of outcomes (plus
+# one write), in one statement per table per batch rather than one round trip per request.
 SETTLE_EVERY_S = 0.15
 SETTLE_BATCH = 500
 
@@ -110,10 +110,12 @@ def run_stage(
         else:
             unique[pending.webhook_id] = pending
     settled = store.settled(unique.keys())
-    fresh = [pending for pending in unique.values() if pending.webhook_id not in settled]
+    fresh: list[Pending] = []
     for pending in unique.values():
         if pending.webhook_id in settled:
             tally.skipped(pending)
+        else:
+            fresh.append(pending)
     if not fresh:
         return tally
     blocked = store.blocked({p.subscription_id for p in fresh}, {p.endpoint_id for p in fresh})
@@ -122,9 +124,7 @@ def run_stage(
     unsent: list[State] = []
     for pending in fresh:
         if pending.subscription_id in blocked.gone:
-            unsent.append(abandon(pending, HeldBack(FailureKind.INVALID_REQUEST, (
-                f"not sent: subscription {pending.subscription_id} is disabled "
-                "or its endpoint answered 410 Gone"))))
+            unsent.append(abandon(pending))
         elif pending.endpoint_id in blocked.throttled:
             until = blocked.throttled[pending.endpoint_id]
             unsent.append(hold(pending, HeldBack(
@@ -143,9 +143,12 @@ def run_stage(
     return tally
 
 
-def abandon(pending: Pending, why: HeldBack) -> DeadLettered:
-    """``pending`` will not be sent at all: a dead letter with its attempt count unchanged."""
-    return DeadLettered(pending, why, DeadLetterReason.REJECTED)
+def abandon(pending: Pending) -> DeadLettered:
+    """``pending``'s subscription is gone: a dead letter, unsent, its attempt count unchanged
+    (the customer can replay it once the subscription is enabled again)."""
+    return DeadLettered(pending, HeldBack(FailureKind.INVALID_REQUEST, (
+        f"not sent: subscription {pending.subscription_id} is disabled or its endpoint answered 410 Gone")),
+        DeadLetterReason.REJECTED)
 
 
 def attempt_all(
