@@ -2,9 +2,10 @@
 
 At-least-once means a crash may resend what was in flight; this counts what it costs.
 `wayline run delivery` runs as its own process group while a stream of events is
-produced; it is killed with SIGKILL ``--kills`` times, each at a random moment
-``--min-up``..``--max-up`` seconds after its first delivery since the last start, and
-started again on the same checkpoints. One endpoint receives every event in streaming mode
+produced; it is killed with SIGKILL ``--kills`` times and started again on the same
+checkpoints. Each kill comes ``--min-up``..``--max-up`` seconds after the first delivery
+since the last start, then at the next request, 0.5–3 s into that stage's sending (a
+random moment within a stage: a kill between stages resends nothing on any version). One endpoint receives every event in streaming mode
 (one request each), another in batch mode (``--batch`` events per request). The receiver
 answers 204 after ``--receiver-ms`` and each endpoint takes ``--in-flight`` requests at
 once, so the job is always sending — a stage runs until its deadline, as it does for a
@@ -207,6 +208,11 @@ def run(settings: Settings, database: Database, args: argparse.Namespace, label:
         for _ in range(args.kills):
             wait_for_delivery(receiver, receiver.counts()[0], job)
             time.sleep(rng.uniform(args.min_up, args.max_up))
+            # Kill while a stage is sending (a request just came), a little way into it:
+            # that is where resends come from. On a loaded machine most of a micro-batch is
+            # Spark's own work, and a kill there resends nothing, on any version.
+            wait_for_delivery(receiver, receiver.counts()[0], job)
+            time.sleep(rng.uniform(0.5, 3.0))
             requests, duplicates, copies = receiver.counts()
             kill_hard(job)
             # What the dead job had sent may still be queued at the receiver.
