@@ -16,11 +16,10 @@ from aiohttp import web
 from standardwebhooks import Webhook
 
 from tests.delivery.receivers import Receivers
-from tests.delivery.servers import Recorder
+from tests.delivery.servers import Recorder, loopback_transport
 from wayline.delivery.attempt import Pending
 from wayline.delivery.circuit import CircuitSettings
 from wayline.delivery.drain import RetryQueue, run_retry_stage
-from wayline.delivery.http_client import AiohttpTransport
 from wayline.delivery.retry import RetryPolicy
 from wayline.delivery.signing import Secret, message_id
 from wayline.delivery.stage import StageSettings, run_stage
@@ -72,7 +71,7 @@ def retry_path(database, targets: dict[str, Target], done: Callable[[], bool], t
     while not done():
         assert time.monotonic() < deadline, "the retry path did not finish in time"
         claims = queue.claim(0, 1, 1000, timedelta(seconds=30), datetime.now(UTC))
-        run_retry_stage(claims, targets, queue, AiohttpTransport, STAGE)
+        run_retry_stage(claims, targets, queue, loopback_transport, STAGE)
         queue.bury(5000, datetime.now(UTC), lambda _: None)
         time.sleep(0.05)
 
@@ -102,7 +101,7 @@ def make_tenant(make_customer, receivers, database) -> Callable[[int], Tenant]:
             tenant.messages.append(Pending.single(f"{customer['id']}-{i}", body, subscription_id="sub_x",
                                                   endpoint_id=endpoint["id"], now=datetime.now(UTC)))
         targets = {endpoint["id"]: tenant.target}
-        run_stage(tenant.messages, targets, PostgresDeliveryStore(database.engine), AiohttpTransport, STAGE)
+        run_stage(tenant.messages, targets, PostgresDeliveryStore(database.engine), loopback_transport, STAGE)
         retry_path(database, targets, lambda: len(dead_letters(client, endpoint["id"])) == n)
         return tenant
 
@@ -147,7 +146,7 @@ def test_a_long_poll_returns_as_soon_as_a_dead_letter_arrives(make_tenant, datab
 
     def fail_it() -> None:
         time.sleep(0.5)
-        run_stage([message], targets, PostgresDeliveryStore(database.engine), AiohttpTransport, STAGE)
+        run_stage([message], targets, PostgresDeliveryStore(database.engine), loopback_transport, STAGE)
         retry_path(database, targets, lambda: bool(dead_letters(tenant.client, tenant.endpoint["id"])))
 
     worker = threading.Thread(target=fail_it)

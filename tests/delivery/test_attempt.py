@@ -1,3 +1,4 @@
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import orjson
@@ -6,7 +7,7 @@ from standardwebhooks import Webhook
 from wayline.core.envelope import STRUCTURED_CONTENT_TYPE
 from wayline.delivery.attempt import DeadLettered, DeadLetterReason, Gone, Kind, Pending, Succeeded, WillRetry, settle
 from wayline.delivery.batch import BATCH_CONTENT_TYPE, Batch, BatchItem, BatchKey
-from wayline.delivery.retry import RetryPolicy
+from wayline.delivery.retry import HeldBack, RetryPolicy
 from wayline.delivery.signing import Secret, batch_message_id, message_id
 from wayline.delivery.transport import Endpoint, Failure, FailureKind, Response
 
@@ -97,3 +98,13 @@ def test_a_permanent_failure_dead_letters_at_once() -> None:
 def test_gone_asks_for_the_subscription_to_be_disabled() -> None:
     state = settle(pending(), Response(410, {}, b"", 0.1), NOW, NoJitter())
     assert isinstance(state, Gone) and state.response.status == 410 and state.failed.attempts == 1
+
+
+def test_a_request_that_never_left_keeps_its_attempts_even_on_the_last_one() -> None:
+    last = replace(pending(), attempts=2)
+    policy = RetryPolicy(schedule=(timedelta(0),) * 3)
+    held = settle(last, HeldBack(FailureKind.CIRCUIT_OPEN, "open", wait_s=12), NOW, NoJitter(), policy)
+    assert isinstance(held, WillRetry) and held.held_back
+    assert (held.next.attempts, held.next.due_at) == (2, NOW + timedelta(seconds=12)), "not dead-lettered"
+    sent = settle(last, Failure(FailureKind.DEADLINE, "no response"), NOW, NoJitter(), policy)
+    assert isinstance(sent, DeadLettered) and sent.failed.attempts == 3, "one that left is an attempt"

@@ -1,7 +1,7 @@
 import pytest
 
 from wayline.core.errors import RejectedInput
-from wayline.delivery.circuit import CircuitBreaker, CircuitBreakers, CircuitSettings, CircuitState
+from wayline.delivery.circuit import CircuitBreaker, CircuitBreakers, CircuitSettings, CircuitState, Throttles
 
 SETTINGS = CircuitSettings(consecutive_failures=3, failure_rate=0.5, window=10, min_calls=6, cool_down_s=30)
 
@@ -124,3 +124,25 @@ def test_each_endpoint_has_its_own_breaker(clock: Clock) -> None:
 def test_bad_settings_are_rejected(kwargs: dict[str, float]) -> None:
     with pytest.raises(RejectedInput):
         CircuitSettings(**kwargs)  # type: ignore[arg-type]
+
+
+def test_an_open_breaker_says_when_it_lets_a_request_through(breaker: CircuitBreaker, clock: Clock) -> None:
+    assert breaker.retry_in() == 0.0
+    fail(breaker, SETTINGS.consecutive_failures)
+    clock.now += 10
+    assert breaker.retry_in() == pytest.approx(SETTINGS.cool_down_s - 10)
+    clock.now += SETTINGS.cool_down_s
+    assert breaker.allow() and breaker.state is CircuitState.HALF_OPEN
+    assert breaker.retry_in() == pytest.approx(SETTINGS.cool_down_s), "the probe is out: wait for its outcome"
+
+
+def test_a_pause_holds_until_it_ends_and_a_longer_one_extends_it(clock: Clock) -> None:
+    throttles = Throttles(clock)
+    assert throttles.remaining("ep_1") == 0.0
+    throttles.pause("ep_1", 20)
+    throttles.pause("ep_1", 5)
+    clock.now += 4
+    assert throttles.remaining("ep_1") == pytest.approx(16), "a shorter pause does not cut a longer one"
+    assert throttles.remaining("ep_2") == 0.0
+    clock.now += 16
+    assert throttles.remaining("ep_1") == 0.0

@@ -25,18 +25,18 @@ from tests.delivery.servers import Recorder, loopback_transport
 from wayline.api.app import endpoint_service
 from wayline.delivery.attempt import Pending, WillRetry
 from wayline.delivery.circuit import CircuitSettings, CircuitState, process_breakers
-from wayline.delivery.drain import EndpointHealth, RetryQueue, run_retry_stage
+from wayline.delivery.drain import RetryQueue, run_retry_stage
 from wayline.delivery.operations import dead_lettered_events
 from wayline.delivery.outcomes import Outcome
 from wayline.delivery.retry import RetryPolicy
 from wayline.delivery.signing import Secret
 from wayline.delivery.stage import StageSettings, run_stage
 from wayline.delivery.store import (
-    AttemptLogEntry, DeadLetterEntry, DeliveryLogEntry, PostgresDeliveryStore, RetryEntry,
+    AttemptLogEntry, DeadLetterEntry, DeliveryLogEntry, EndpointHealth, PostgresDeliveryStore, RetryEntry,
 )
 from wayline.delivery.targets import Target
 from wayline.delivery.transport import EndpointLimits, Failure, FailureKind
-from wayline.registry import customer
+from wayline.registry import catalog, customer, subscription
 from wayline.registry.access import ADMIN
 from wayline.registry.endpoint import EndpointIn, EndpointPatch
 from wayline.registry.models import Endpoint
@@ -301,3 +301,61 @@ def test_retention_deletes_history_and_dead_letters_older_than_their_limits_in_b
     queue.expire(cutoff, young + timedelta(days=1), limit=10)
     assert rows(database, DeadLetterEntry, endpoint_id=f"ep_{unique}") == [], "dead letters have their own limit"
     assert len(rows(database, DeliveryLogEntry, endpoint_id=f"ep_{unique}")) == 1
+
+
+def test_a_subscription_whose_endpoint_answered_410_gets_nothing_more_on_either_path(
+    database, api_settings, unique,
+) -> None:
+    """Whatever snapshot a sender holds: the 410's mark in the store stops it, until the
+    subscription changes again (re-enabled by its customer)."""
+    recorder = Recorder()
+    answer = {"status": 410}
+
+    async def handler(request: web.Request) -> web.Response:
+        await recorder.record(request)
+        return web.Response(status=answer["status"])
+
+    endpoints = endpoint_service(api_settings)
+    queue, store = RetryQueue(database.engine), PostgresDeliveryStore(database.engine)
+    with Receivers() as receivers:
+        base = receivers.serve({"/gone": handler})
+        with database.transaction() as session:
+            catalog.create_event_type(session, ADMIN, catalog.EventTypeIn(name=f"gone.{unique}"))
+            owner = customer.create(session, ADMIN, customer.CustomerIn(name=f"Gone {unique}"))
+            created = endpoints.create(session, ADMIN, EndpointIn(url=f"{base}/gone", customer_id=owner.id))
+            sub = subscription.create(session, ADMIN, subscription.SubscriptionIn(
+                endpoint_id=created.id, event_types=[f"gone.{unique}"])).id
+        targets = {created.id: target(created.id, f"{base}/gone")}
+
+        def message(event_id: str) -> Pending:
+            return replace(pending(created.id, f"{unique}-{event_id}"), subscription_id=sub)
+
+        first = message("first")
+        tally = run_stage([first], targets, store, loopback_transport, STAGE)
+        assert tally.gone_subscriptions() == {sub} and len(recorder.requests) == 1
+        # Later micro-batches, with a snapshot from before the 410: nothing is sent.
+        later = message("later")
+        run_stage([later], targets, store, loopback_transport, STAGE)
+        # The retry path: an entry of that subscription, due now, is not sent either.
+        retried = message("retried")
+        with database.transaction() as session:
+            session.add(RetryEntry(webhook_id=retried.webhook_id, kind="single", endpoint_id=created.id,
+                                   subscription_id=sub, event_ids=list(retried.event_ids), payload=retried.payload,
+                                   attempts=1, due_at=datetime.now(UTC) - timedelta(seconds=1), last_error="HTTP 500"))
+        drain_until(queue, targets,
+                    lambda: rows(database, RetryEntry, webhook_id=retried.webhook_id)[0].dead_reason is not None)
+        assert len(recorder.requests) == 1
+        for unsent, attempts in ((later, 0), (retried, 1)):
+            (entry,) = rows(database, RetryEntry, webhook_id=unsent.webhook_id)
+            assert (entry.dead_reason, entry.attempts) == ("rejected", attempts), "dead-lettered unsent"
+            assert "410 Gone" in entry.last_error
+            assert [a.held_back for a in rows(database, AttemptLogEntry, webhook_id=unsent.webhook_id)] == [True]
+        # The customer re-enables it (any change): it is sent to again.
+        answer["status"] = 204
+        with database.transaction() as session:
+            subscription.update(session, ADMIN, sub, subscription.SubscriptionPatch(enabled=False))
+        with database.transaction() as session:
+            subscription.update(session, ADMIN, sub, subscription.SubscriptionPatch(enabled=True))
+        again = message("again")
+        assert run_stage([again], targets, store, loopback_transport, STAGE).total(Outcome.DELIVERED) == 1
+    assert len(recorder.requests) == 2

@@ -108,3 +108,20 @@ def test_a_polled_value_is_read_at_most_every_poll_and_kept_while_reads_fail() -
     failing["now"] = False
     clock.now += 2.0
     assert polled.current() == {"ep_2"}
+
+
+def test_a_refresh_makes_the_next_call_read_the_version_however_recent_the_last_poll() -> None:
+    """The job disabled a subscription (410 Gone) just after another query's poll: its
+    next micro-batch must not send with the old snapshot for up to poll_s."""
+    registry, clock, retired = Registry(), Clock(), list[Loaded]()
+    held = holder(registry, clock, retired)
+    held.current()
+    clock.now += 2.0
+    assert held.current() == Loaded(1) and registry.polls == 1, "the batching query's tick polls"
+    registry.version = 2
+    clock.now += 0.5
+    assert held.current() == Loaded(1), "within poll_s of that poll"
+    held.refresh()
+    assert held.current() == Loaded(2) and registry.polls == 2
+    clock.now += 0.5
+    assert held.current() == Loaded(2) and registry.polls == 2, "then polled at most every poll_s again"

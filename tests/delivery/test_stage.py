@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import threading
 import time
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -11,19 +12,22 @@ from datetime import UTC, datetime, timedelta
 import orjson
 import pytest
 from aiohttp import web
-from sqlalchemy import select
+from sqlalchemy import select, update
 from standardwebhooks import Webhook
 
 from tests.delivery.receivers import Receivers
 from tests.delivery.servers import Handler, Recorder, loopback_transport
 from wayline.core.settings import DeliverySettings
 from wayline.delivery.attempt import Pending, settle
-from wayline.delivery.circuit import CircuitSettings
+from wayline.delivery.circuit import CircuitSettings, process_breakers
+from wayline.delivery.drain import RetryQueue
 from wayline.delivery.outcomes import Outcome
 from wayline.delivery.retry import DEFAULT_RETRY_POLICY
 from wayline.delivery.signing import Secret
 from wayline.delivery.stage import StageSettings, run_stage
-from wayline.delivery.store import GONE_REASON, AttemptLogEntry, DeliveryLogEntry, PostgresDeliveryStore, RetryEntry
+from wayline.delivery.store import (
+    GONE_REASON, AttemptLogEntry, DeliveryLogEntry, EndpointHealth, GoneSubscription, PostgresDeliveryStore, RetryEntry,
+)
 from wayline.delivery.targets import Target
 from wayline.delivery.transport import EndpointLimits, Failure, FailureKind, Response
 
@@ -203,3 +207,161 @@ def test_the_store_writes_are_idempotent_and_settle_what_they_wrote(database, un
     with database.transaction() as session:
         assert session.get(DeliveryLogEntry, ok.webhook_id).latency_ms == 10
         assert session.get(RetryEntry, failing.webhook_id).last_error == "timeout: slow"
+
+
+def attempt_log(database, webhook_ids: list[str]) -> list[AttemptLogEntry]:
+    with database.transaction() as session:
+        return list(session.scalars(select(AttemptLogEntry).where(AttemptLogEntry.webhook_id.in_(webhook_ids))
+                                    .order_by(AttemptLogEntry.id)))
+
+
+def handed_over(database, webhook_ids: list[str]) -> dict[str, RetryEntry]:
+    with database.transaction() as session:
+        return {r.webhook_id: r for r in session.scalars(select(RetryEntry).where(RetryEntry.webhook_id.in_(webhook_ids)))}
+
+
+@pytest.mark.integration
+def test_only_requests_that_left_spend_the_retry_budget(database, unique: str) -> None:
+    """A hanging endpoint with one slot: one request leaves and is cut, the rest never
+    leave before the deadline; an open circuit sends nothing. Only the one is an attempt."""
+    async def hangs(request: web.Request) -> web.Response:
+        await asyncio.sleep(60)
+        return web.Response(status=200)
+
+    store = PostgresDeliveryStore(database.engine)
+    circuit = CircuitSettings(consecutive_failures=1, min_calls=1, window=10, cool_down_s=30)
+    # Three attempts, as the issue's endpoint had; each of these deliveries has made two.
+    settings = StageSettings(deadline_s=DEADLINE_S, circuit=circuit,
+                             policy=replace(DEFAULT_RETRY_POLICY, schedule=(timedelta(0),) * 3))
+    hanging, open_circuit = f"ep_{unique}_hanging", f"ep_{unique}_open"
+    process_breakers(circuit)[open_circuit].record_failure()
+    with Receivers() as receivers:
+        base = receivers.serve({"/hang": hangs})
+        targets = {hanging: replace(target(hanging, f"{base}/hang"), limits=EndpointLimits(max_in_flight=1)),
+                   open_circuit: target(open_circuit, f"{base}/hang")}
+        pendings = [replace(single(unique, f"budget-{n}", endpoint), attempts=2)
+                    for endpoint in (hanging, open_circuit) for n in range(4)]
+        before = datetime.now(UTC)
+        tally = run_stage(pendings, targets, store, loopback_transport, settings)
+    entries = handed_over(database, [p.webhook_id for p in pendings])
+    sent = [e for e in entries.values() if e.attempts == 3]
+    assert len(sent) == 1 and sent[0].endpoint_id == hanging
+    assert (sent[0].dead_reason, sent[0].last_error.split(":")[0]) == ("exhausted", "deadline")
+    held = [e for e in entries.values() if e is not sent[0]]
+    assert len(held) == 7 and {(e.attempts, e.dead_reason) for e in held} == {(2, None)}, \
+        "not sent: attempt count kept, not dead-lettered"
+    waiting_for_slot = [e for e in held if e.endpoint_id == hanging]
+    assert all(e.due_at <= datetime.now(UTC) for e in waiting_for_slot), "due again at once"
+    assert all(e.last_error.startswith("deadline: not sent") for e in waiting_for_slot)
+    behind_circuit = [e for e in held if e.endpoint_id == open_circuit]
+    assert all(before + timedelta(seconds=25) < e.due_at for e in behind_circuit), "due when the circuit lets one by"
+    assert all(e.last_error.startswith("circuit_open") for e in behind_circuit)
+    assert tally.total(Outcome.RETRIED) == 7 and tally.total(Outcome.DEAD_LETTERED) == 1
+
+    log = attempt_log(database, [p.webhook_id for p in pendings])
+    assert sorted((row.held_back, row.attempt) for row in log) == [(False, 3)] + [(True, 3)] * 7, \
+        "every hold is shown, as the third attempt that was not made"
+
+
+@pytest.mark.integration
+def test_a_retry_after_pauses_the_whole_endpoint_on_every_path(database, unique: str) -> None:
+    recorder = Recorder()
+
+    async def busy_once(request: web.Request) -> web.Response:
+        await recorder.record(request)
+        if len(recorder.requests) == 1:
+            return web.Response(status=429, headers={"Retry-After": "20"})
+        return web.Response(status=204)
+
+    store, queue = PostgresDeliveryStore(database.engine), RetryQueue(database.engine)
+    endpoint = f"ep_{unique}_busy"
+    with Receivers() as receivers:
+        base = receivers.serve({"/busy": busy_once})
+        targets = {endpoint: replace(target(endpoint, f"{base}/busy"), limits=EndpointLimits(max_in_flight=1))}
+        first = [single(unique, f"pause-{n}", endpoint) for n in range(4)]
+        before = datetime.now(UTC)
+        run_stage(first, targets, store, loopback_transport, StageSettings(deadline_s=5))
+        assert len(recorder.requests) == 1, "the three others waited for the pause, in the same stage"
+        # Another worker, another micro-batch: it knows of the pause only through the store.
+        assert set(store.blocked((), {endpoint}).throttled) == {endpoint}
+        second = [single(unique, f"pause-later-{n}", endpoint) for n in range(3)]
+        run_stage(second, targets, store, loopback_transport, StageSettings(deadline_s=5))
+        assert len(recorder.requests) == 1
+        # The retry path: everything due now is left alone until the pause ends.
+        ids = [p.webhook_id for p in first + second]
+        with database.transaction() as session:
+            session.execute(update(RetryEntry).where(RetryEntry.webhook_id.in_(ids))
+                            .values(due_at=datetime.now(UTC) - timedelta(seconds=1)))
+        claimed = [c for c in queue.claim(0, 1, 1000, timedelta(seconds=30), datetime.now(UTC))
+                   if c.pending.endpoint_id == endpoint]
+        assert claimed == [] and len(recorder.requests) == 1
+    entries = handed_over(database, ids)
+    assert entries[first[0].webhook_id].attempts == 1, "the refused request was an attempt"
+    held = [entries[p.webhook_id] for p in first[1:] + second]
+    assert {e.attempts for e in held} == {0}
+    log = attempt_log(database, [p.webhook_id for p in first[1:] + second])
+    assert len(log) == 6 and all(row.held_back and row.error.startswith("throttled: ") for row in log)
+    with database.transaction() as session:
+        until = session.get(EndpointHealth, endpoint).throttled_until
+    assert before + timedelta(seconds=19) < until < datetime.now(UTC) + timedelta(seconds=21)
+
+
+@pytest.mark.integration
+def test_after_a_410_nothing_more_goes_to_the_subscription_in_this_stage(database, unique: str) -> None:
+    recorder = Recorder()
+
+    async def gone(request: web.Request) -> web.Response:
+        await recorder.record(request)
+        return web.Response(status=410)
+
+    store = PostgresDeliveryStore(database.engine)
+    endpoint = f"ep_{unique}_gone1"
+    with Receivers() as receivers:
+        base = receivers.serve({"/gone": gone})
+        targets = {endpoint: replace(target(endpoint, f"{base}/gone"), limits=EndpointLimits(max_in_flight=1))}
+        pendings = [single(unique, f"gone-{n}", endpoint) for n in range(5)]
+        tally = run_stage(pendings, targets, store, loopback_transport, StageSettings(deadline_s=5))
+    assert len(recorder.requests) == 1
+    assert tally.gone_subscriptions() == {pendings[0].subscription_id}
+    entries = handed_over(database, [p.webhook_id for p in pendings])
+    assert (entries[pendings[0].webhook_id].dead_reason, entries[pendings[0].webhook_id].attempts) == (GONE_REASON, 1)
+    assert {(entries[p.webhook_id].attempts, entries[p.webhook_id].dead_reason) for p in pendings[1:]} == {(0, None)}
+    with database.transaction() as session:
+        assert session.get(GoneSubscription, pendings[0].subscription_id) is not None
+
+
+@pytest.mark.integration
+def test_outcomes_are_recorded_while_the_stage_is_still_sending(database, unique: str) -> None:
+    """What a crash mid-stage would resend: only what was in flight, not what already came back."""
+    release = threading.Event()
+
+    async def ok(request: web.Request) -> web.Response:
+        return web.Response(status=204)
+
+    async def slow(request: web.Request) -> web.Response:
+        while not release.is_set():
+            await asyncio.sleep(0.05)
+        return web.Response(status=204)
+
+    store = PostgresDeliveryStore(database.engine)
+    fast_endpoint, slow_endpoint = f"ep_{unique}_fast", f"ep_{unique}_slow"
+    with Receivers() as receivers:
+        base = receivers.serve({"/ok": ok, "/slow": slow})
+        targets = {fast_endpoint: target(fast_endpoint, f"{base}/ok"),
+                   slow_endpoint: target(slow_endpoint, f"{base}/slow")}
+        fast = [single(unique, f"early-{n}", fast_endpoint) for n in range(20)]
+        pendings = [*fast, single(unique, "late", slow_endpoint)]
+        stage = threading.Thread(target=run_stage, args=(pendings, targets, store, loopback_transport,
+                                                         StageSettings(deadline_s=20)))
+        stage.start()
+        try:
+            deadline = time.monotonic() + 10
+            while store.settled([p.webhook_id for p in fast]) != {p.webhook_id for p in fast}:
+                assert time.monotonic() < deadline, "the answered deliveries were not recorded while one was in flight"
+                time.sleep(0.05)
+            assert stage.is_alive(), "the stage ended first: its outcomes were recorded only at its end"
+            assert store.settled([pendings[-1].webhook_id]) == set()
+        finally:
+            release.set()
+            stage.join(30)
+    assert store.settled([pendings[-1].webhook_id]) == {pendings[-1].webhook_id}

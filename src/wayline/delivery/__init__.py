@@ -40,6 +40,7 @@ from wayline.delivery.attempt import (
     Succeeded,
     WillRetry,
     defer,
+    hold,
     settle,
 )
 from wayline.delivery.auth import (
@@ -61,7 +62,15 @@ from wayline.delivery.batch import (
     shard_for,
 )
 from wayline.delivery.bucket import Bucket, Bundle, ReadyBatch, Source
-from wayline.delivery.circuit import CircuitBreaker, CircuitBreakers, CircuitSettings, CircuitState, process_breakers
+from wayline.delivery.circuit import (
+    CircuitBreaker,
+    CircuitBreakers,
+    CircuitSettings,
+    CircuitState,
+    Throttles,
+    process_breakers,
+    process_throttles,
+)
 from wayline.delivery.dead_letter import (
     AckUpTo,
     Acknowledged,
@@ -80,7 +89,7 @@ from wayline.delivery.dead_letter import (
     send_test_event,
 )
 from wayline.delivery.dispatch import Dispatcher, TokenBucket
-from wayline.delivery.drain import Buried, Claim, EndpointHealth, Failing, RetryQueue, run_retry_stage
+from wayline.delivery.drain import Buried, Claim, Failing, RetryQueue, run_retry_stage
 from wayline.delivery.holder import Polled, SnapshotHolder, Versioned
 from wayline.delivery.http_client import AiohttpTransport, HttpSettings, transport_for
 from wayline.delivery.metrics import DeliveryMetrics, Overview
@@ -91,7 +100,16 @@ from wayline.delivery.operations import (
     endpoint_disabled_event,
 )
 from wayline.delivery.outcomes import BatchSummary, Outcome, PairTally, Tally, failure_reason
-from wayline.delivery.retry import DEFAULT_SCHEDULE, Random, RetryPolicy, Verdict, classify, next_attempt_at
+from wayline.delivery.retry import (
+    DEFAULT_SCHEDULE,
+    HeldBack,
+    Random,
+    RetryPolicy,
+    Verdict,
+    classify,
+    next_attempt_at,
+    retry_after,
+)
 from wayline.delivery.signing import (
     ID_HEADER,
     SIGNATURE_HEADER,
@@ -102,17 +120,22 @@ from wayline.delivery.signing import (
     sign,
     signed_headers,
 )
-from wayline.delivery.stage import StageSettings, attempt_all, run_stage
+from wayline.delivery.stage import StageSettings, abandon, attempt_all, run_stage
 from wayline.delivery.store import (
     AttemptLogEntry,
+    Blocked,
     DeadLetterEntry,
     DeliveryLogEntry,
     DeliveryStore,
+    EndpointHealth,
+    GoneSubscription,
     PostgresDeliveryStore,
     RetryEntry,
     attempt_row,
+    blocked,
     describe,
     failed_attempt,
+    mark_endpoints_and_subscriptions,
 )
 from wayline.delivery.targets import Target, target_of
 from wayline.delivery.transport import (
@@ -147,6 +170,7 @@ __all__ = [
     "BatchLimits",
     "BatchSummary",
     "Batcher",
+    "Blocked",
     "BearerAuth",
     "Bucket",
     "Bundle",
@@ -173,6 +197,8 @@ __all__ = [
     "Failure",
     "FailureKind",
     "Gone",
+    "GoneSubscription",
+    "HeldBack",
     "HttpSettings",
     "Kind",
     "OAuth2ClientCredentials",
@@ -205,6 +231,7 @@ __all__ = [
     "Target",
     "TestEventIn",
     "TestEventOut",
+    "Throttles",
     "TokenBucket",
     "TokenError",
     "Transport",
@@ -212,10 +239,12 @@ __all__ = [
     "Versioned",
     "WillRetry",
     "acknowledge_dead_letter",
+    "abandon",
     "acknowledge_up_to",
     "attempt_all",
     "attempt_row",
     "batch_message_id",
+    "blocked",
     "classify",
     "dead_lettered_events",
     "defer",
@@ -224,13 +253,17 @@ __all__ = [
     "failed_attempt",
     "failure_reason",
     "get_dead_letter",
+    "hold",
     "list_attempts",
+    "mark_endpoints_and_subscriptions",
     "message_id",
     "next_attempt_at",
     "poll_dead_letters",
     "process_breakers",
+    "process_throttles",
     "replay_dead_letter",
     "replay_dead_letters",
+    "retry_after",
     "run_retry_stage",
     "run_stage",
     "send_test_event",

@@ -4,7 +4,8 @@
                      ├─▶ WillRetry        (retry store: the next Pending, with its due time)
                      ├─▶ DeadLettered     (dead-letter store: permanent failure or schedule used up)
                      └─▶ Gone             (410: disable the subscription; the message is dead-lettered)
-    Pending ──defer───▶ WillRetry        (endpoint failing: due at once on the retry path, not attempted)
+    Pending ──held back──▶ WillRetry     (not sent — endpoint failing, circuit open, throttled, no slot
+                                          before the deadline: attempts unchanged, due when it may go)
 
 :class:`Pending` is also the retry store's record. It keeps the exact body, so every
 attempt and every replay sends the same bytes under the same ``webhook-id``; only the
@@ -15,14 +16,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
 
 from wayline.core.envelope import STRUCTURED_CONTENT_TYPE
 from wayline.delivery.batch import BATCH_CONTENT_TYPE, Batch
-from wayline.delivery.retry import DEFAULT_RETRY_POLICY, Random, RetryPolicy, Verdict, classify, next_attempt_at
+from wayline.delivery.retry import (
+    DEFAULT_RETRY_POLICY, HeldBack, Random, RetryPolicy, Verdict, classify, next_attempt_at,
+)
 from wayline.delivery.signing import Secret, batch_message_id, message_id, signed_headers
-from wayline.delivery.transport import Endpoint, Failure, FailureKind, Request, Response, Result
+from wayline.delivery.transport import Endpoint, FailureKind, Request, Response, Result
 
 
 class Kind(StrEnum):
@@ -112,6 +115,11 @@ class WillRetry:
     """The record for the retry store: attempts counted, due time set."""
     outcome: Result
 
+    @property
+    def held_back(self) -> bool:
+        """Not sent at all: no attempt was made or counted."""
+        return isinstance(self.outcome, HeldBack)
+
 
 @dataclass(frozen=True, slots=True)
 class DeadLettered:
@@ -132,8 +140,13 @@ State = Succeeded | WillRetry | DeadLettered | Gone
 
 def defer(pending: Pending, now: datetime) -> WillRetry:
     """Hand ``pending`` to the retry path unsent, due at once, with no attempt counted."""
-    return WillRetry(replace(pending, due_at=now), Failure(
-        FailureKind.DEFERRED, f"endpoint {pending.endpoint_id} is failing; the retry path sends its messages"))
+    return hold(pending, HeldBack(
+        FailureKind.DEFERRED, f"endpoint {pending.endpoint_id} is failing; the retry path sends its messages"), now)
+
+
+def hold(pending: Pending, why: HeldBack, now: datetime) -> WillRetry:
+    """``pending`` was not sent: it keeps its attempt count and is due when it may go."""
+    return WillRetry(replace(pending, due_at=now + timedelta(seconds=why.wait_s)), why)
 
 
 def settle(
@@ -143,7 +156,12 @@ def settle(
     rng: Random,
     policy: RetryPolicy = DEFAULT_RETRY_POLICY,
 ) -> State:
-    """Where a delivery goes after one attempt at ``now`` that had ``outcome``."""
+    """Where a delivery goes after one attempt at ``now`` that had ``outcome``.
+
+    An outcome that says the request was never sent is no attempt: the budget of the
+    retry schedule is spent only on requests the endpoint could have answered."""
+    if isinstance(outcome, HeldBack):
+        return hold(attempted, outcome, now)
     verdict = classify(outcome, policy)
     if verdict is Verdict.SUCCESS and isinstance(outcome, Response):
         return Succeeded(attempted, outcome, now)
@@ -168,5 +186,6 @@ __all__ = [
     "Succeeded",
     "WillRetry",
     "defer",
+    "hold",
     "settle",
 ]

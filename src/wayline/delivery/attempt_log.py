@@ -2,9 +2,12 @@
 
 The store keeps an attempt where its outcome lands: a success is the one row of the
 delivery log (attempt number included), every other attempt — failed, cut by the
-deadline, not sent because the circuit was open — is a row of the attempt log
-(:class:`~wayline.delivery.store.AttemptLogEntry`). Writing only failures there keeps the
-healthy path at one row per delivery; listing reads both tables as one, newest first.
+deadline — is a row of the attempt log (:class:`~wayline.delivery.store.AttemptLogEntry`).
+A delivery that was *not sent* (circuit open, endpoint throttled by its ``Retry-After``,
+no slot before the deadline, subscription gone) is listed too, with outcome ``held``: it
+says why the delivery waited, and is not an attempt — its ``attempt`` is the number the
+held-back attempt would have had. Writing only failures there keeps the healthy path at
+one row per delivery; listing reads both tables as one, newest first.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from typing import Any, Literal
 
 import orjson
 from pydantic import BaseModel
-from sqlalchemy import Select, literal, select, tuple_, union_all
+from sqlalchemy import Select, case, literal, select, tuple_, union_all
 from sqlalchemy.orm import Session
 
 from wayline.core.errors import RejectedInput
@@ -24,7 +27,7 @@ from wayline.delivery.store import AttemptLogEntry, DeliveryLogEntry
 from wayline.registry.access import Caller, owned
 from wayline.registry.models import Endpoint, Subscription
 
-AttemptOutcome = Literal["succeeded", "failed"]
+AttemptOutcome = Literal["succeeded", "failed", "held"]
 
 
 class AttemptOut(BaseModel):
@@ -52,7 +55,9 @@ def _attempts() -> Any:
                literal("succeeded").label("outcome"), log.status.label("status"), literal("").label("error"),
                log.latency_ms, log.delivered_at.label("attempted_at")),
         select(AttemptLogEntry.webhook_id, AttemptLogEntry.endpoint_id, AttemptLogEntry.subscription_id,
-               AttemptLogEntry.attempt, literal("failed").label("outcome"), AttemptLogEntry.status,
+               AttemptLogEntry.attempt,
+               case((AttemptLogEntry.held_back, literal("held")), else_=literal("failed")).label("outcome"),
+               AttemptLogEntry.status,
                AttemptLogEntry.error, AttemptLogEntry.latency_ms, AttemptLogEntry.attempted_at),
     ).subquery("attempts")
 

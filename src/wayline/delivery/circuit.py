@@ -94,6 +94,13 @@ class CircuitBreaker:
             return True
         return False
 
+    def retry_in(self) -> float:
+        """Seconds until this breaker lets a request through again (0 while closed)."""
+        if self._state is CircuitState.CLOSED:
+            return 0.0
+        since = self._opened_at if self._state is CircuitState.OPEN else (self._probe_at or self._opened_at)
+        return max(0.0, self._settings.cool_down_s - (self._clock() - since))
+
     def record_success(self) -> None:
         if self._state is CircuitState.HALF_OPEN:
             self._close()
@@ -157,6 +164,41 @@ def process_breakers(settings: CircuitSettings) -> CircuitBreakers:
     return CircuitBreakers(settings)
 
 
+class Throttles:
+    """Endpoints that asked for a pause (``Retry-After`` on 429 or 503), until when.
+
+    Unlike a breaker this is the endpoint's own word, so it holds for every request to
+    it: the stage records it in the store as well, where other workers and the retry path
+    read it; this object covers the requests of the process until they do.
+    """
+
+    def __init__(self, clock: Clock = time.monotonic) -> None:
+        self._clock = clock
+        self._until: dict[str, float] = {}
+
+    def pause(self, endpoint_id: str, seconds: float) -> None:
+        until = self._clock() + seconds
+        if until > self._until.get(endpoint_id, 0.0):
+            self._until[endpoint_id] = until
+
+    def remaining(self, endpoint_id: str) -> float:
+        """Seconds the endpoint asked to be left alone for still, 0 if none."""
+        until = self._until.get(endpoint_id)
+        if until is None:
+            return 0.0
+        left = until - self._clock()
+        if left <= 0:
+            del self._until[endpoint_id]
+            return 0.0
+        return left
+
+
+@functools.cache
+def process_throttles() -> Throttles:
+    """This process's throttles, the same object on every call (Spark reuses its workers)."""
+    return Throttles()
+
+
 __all__ = [
     "DEFAULT_CONSECUTIVE_FAILURES",
     "DEFAULT_COOL_DOWN_S",
@@ -168,5 +210,7 @@ __all__ = [
     "CircuitSettings",
     "CircuitState",
     "Clock",
+    "Throttles",
     "process_breakers",
+    "process_throttles",
 ]

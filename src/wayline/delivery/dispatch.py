@@ -6,6 +6,12 @@ occupies its own slots. When the deadline comes, whatever has not finished is
 cancelled and comes back as a ``deadline`` failure for the retry path: a micro-batch
 never waits on an endpoint longer than its stage's budget.
 
+What the endpoint says about itself holds for the rest of the group at once: after a
+``Retry-After`` (429, 503) nothing more goes to that endpoint until the pause ends, and
+after a 410 nothing more goes to that subscription. Requests that never left — held by
+those, by an open circuit, or still waiting for a slot at the deadline — come back as
+:class:`~wayline.delivery.retry.HeldBack`: no attempt.
+
 Works over any :class:`~wayline.delivery.transport.Transport`. One dispatcher belongs
 to one event loop (its semaphores bind to the loop that first uses them).
 """
@@ -14,13 +20,14 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from datetime import datetime, timedelta, timezone
 
 from wayline.core.errors import RetryLater
-from wayline.delivery.circuit import CircuitBreaker, CircuitBreakers
-from wayline.delivery.retry import Verdict, classify
-from wayline.delivery.transport import Endpoint, EndpointLimits, Failure, FailureKind, Request, Result, Transport
+from wayline.delivery.circuit import CircuitBreaker, CircuitBreakers, Throttles
+from wayline.delivery.retry import DEFAULT_MAX_RETRY_AFTER, GONE, HeldBack, Verdict, classify, retry_after
+from wayline.delivery.transport import Endpoint, EndpointLimits, Failure, FailureKind, Request, Response, Result, Transport
 
 
 class TokenBucket:
@@ -54,27 +61,51 @@ class _Progress:
     sent: bool = False
 
 
+OnResult = Callable[[int, Result], None]
+"""Told each request's result (by position) as soon as it is known, before the group ends."""
+
+
 class Dispatcher:
     """Sends groups of requests through one transport, keeping per-endpoint limits between groups."""
 
-    def __init__(self, transport: Transport, breakers: CircuitBreakers | None = None) -> None:
+    def __init__(self, transport: Transport, breakers: CircuitBreakers | None = None,
+                 throttles: Throttles | None = None, max_retry_after: timedelta = DEFAULT_MAX_RETRY_AFTER) -> None:
         self._transport = transport
         self._breakers = breakers
+        self._throttles = throttles if throttles is not None else Throttles()
+        self._max_retry_after = max_retry_after
         self._gates: dict[str, _Gate] = {}
 
-    async def deliver_all(self, requests: Sequence[Request], deadline_s: float) -> list[Result]:
-        """One result per request, in order, within ``deadline_s`` seconds of the call."""
+    async def deliver_all(self, requests: Sequence[Request], deadline_s: float, *,
+                          subscriptions: Sequence[str] | None = None, on_result: OnResult | None = None,
+                          ) -> list[Result]:
+        """One result per request, in order, within ``deadline_s`` seconds of the call.
+
+        ``subscriptions`` (one per request) lets a 410 hold back the rest of its
+        subscription's requests; ``on_result`` hears of each finished request at once.
+        Requests cut by the deadline are only in the returned list."""
         if not requests:
             return []
         loop = asyncio.get_running_loop()
         started = loop.time()
         progress = [_Progress() for _ in requests]
+        gone: set[str] = set()
         tasks: list[asyncio.Task[Result]] = []
+
+        async def deliver(position: int) -> Result:
+            subscription = subscriptions[position] if subscriptions is not None else None
+            result = await self._deliver(requests[position], progress[position], subscription, gone)
+            if subscription is not None and isinstance(result, Response) and result.status == GONE:
+                gone.add(subscription)
+            if on_result is not None:
+                on_result(position, result)
+            return result
+
         try:
             # The task group cancels and awaits every unfinished send when the deadline
             # fires, and when the caller itself is cancelled: no send outlives the call.
             async with asyncio.timeout(deadline_s), asyncio.TaskGroup() as group:
-                tasks = [group.create_task(self._deliver(r, p)) for r, p in zip(requests, progress)]
+                tasks = [group.create_task(deliver(position)) for position in range(len(requests))]
         except TimeoutError:
             pass
         cut_after = loop.time() - started
@@ -83,17 +114,38 @@ class Dispatcher:
             for task, p in zip(tasks, progress)
         ]
 
-    async def _deliver(self, request: Request, progress: _Progress) -> Result:
+    def _held(self, endpoint: Endpoint, subscription: str | None, gone: set[str]) -> HeldBack | None:
+        """Why a request may not leave now, if it may not."""
+        if subscription is not None and subscription in gone:
+            return HeldBack(FailureKind.INVALID_REQUEST,
+                            f"not sent: endpoint {endpoint.id} answered 410 Gone for subscription {subscription}")
+        pause = self._throttles.remaining(endpoint.id)
+        if pause > 0:
+            return HeldBack(FailureKind.THROTTLED,
+                            f"not sent: endpoint {endpoint.id} asked (Retry-After) to wait {pause:.1f} s more",
+                            wait_s=pause)
+        return None
+
+    async def _deliver(self, request: Request, progress: _Progress, subscription: str | None,
+                       gone: set[str]) -> Result:
         endpoint = request.endpoint
+        held = self._held(endpoint, subscription, gone)
+        if held is not None:
+            return held
         breaker = self._breakers[endpoint.id] if self._breakers is not None else None
         if breaker is not None and not breaker.allow():
-            return Failure(FailureKind.CIRCUIT_OPEN, f"endpoint {endpoint.id} keeps failing; its circuit is open")
+            return HeldBack(FailureKind.CIRCUIT_OPEN, f"endpoint {endpoint.id} keeps failing; its circuit is open",
+                            wait_s=breaker.retry_in())
         gate = self._gate(endpoint)
         async with gate.in_flight:
             if gate.bucket is not None:
                 wait = gate.bucket.reserve(asyncio.get_running_loop().time())
                 if wait > 0:
                     await asyncio.sleep(wait)
+            # The endpoint may have spoken while this request waited for its slot.
+            held = self._held(endpoint, subscription, gone)
+            if held is not None:
+                return held
             if endpoint.auth is not None:
                 try:
                     extra = await endpoint.auth.headers()
@@ -107,6 +159,9 @@ class Dispatcher:
                 # Cut by the deadline while the endpoint had the request: it is slow.
                 _record(breaker, failed=True)
                 raise
+        pause = retry_after(result, datetime.now(timezone.utc), self._max_retry_after)
+        if pause is not None and pause > timedelta(0):
+            self._throttles.pause(endpoint.id, pause.total_seconds())
         _record(breaker, failed=classify(result) is Verdict.RETRY)
         return result
 
@@ -132,13 +187,12 @@ def _record(breaker: CircuitBreaker | None, *, failed: bool) -> None:
 
 def _cut(progress: _Progress, deadline_s: float, elapsed_s: float) -> Failure:
     if progress.sent:
-        detail = f"no response within the {deadline_s:g} s delivery deadline"
-    else:
-        detail = (
-            f"not sent within the {deadline_s:g} s delivery deadline "
-            "(waiting for the endpoint's in-flight limit, rate limit or credentials)"
-        )
-    return Failure(FailureKind.DEADLINE, detail, elapsed_s)
+        return Failure(FailureKind.DEADLINE, f"no response within the {deadline_s:g} s delivery deadline", elapsed_s)
+    # It never left: the endpoint is slow to take requests, not to answer this one.
+    return HeldBack(FailureKind.DEADLINE, (
+        f"not sent within the {deadline_s:g} s delivery deadline "
+        "(waiting for the endpoint's in-flight limit, rate limit or credentials)"
+    ), elapsed_s)
 
 
-__all__ = ["Dispatcher", "TokenBucket"]
+__all__ = ["Dispatcher", "OnResult", "TokenBucket"]

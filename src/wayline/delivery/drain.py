@@ -25,36 +25,28 @@ finds endpoints whose retries have failed for too long.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
-from sqlalchemy import DateTime, Engine, String, Text, bindparam, delete, func, select, text, update
+from sqlalchemy import bindparam, delete, exists, func, select, text, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.exc import OperationalError
-from sqlalchemy.orm import Mapped, Session, mapped_column
+from sqlalchemy.orm import Session
 
 from wayline.core.errors import RetryLater
 from wayline.delivery.attempt import DeadLettered, Gone, Kind, Pending, State, Succeeded, WillRetry
 from wayline.delivery.outcomes import Tally
-from wayline.delivery.retry import Random
-from wayline.delivery.stage import StageSettings, TransportFactory, attempt_all
+from wayline.delivery.retry import HeldBack, Random
+from wayline.delivery.stage import StageSettings, TransportFactory, abandon, attempt_all
 from wayline.delivery.store import (
-    MAX_ERROR_CHARS, AttemptLogEntry, DeadLetterEntry, DeliveryLogEntry, RetryEntry, attempt_row, describe, failed_attempt,
+    MAX_ERROR_CHARS, AttemptLogEntry, Blocked, DeadLetterEntry, DeliveryLogEntry, EndpointHealth, RetryEntry,
+    attempt_row, blocked, describe, failed_attempt, mark_endpoints_and_subscriptions,
 )
 from wayline.delivery.targets import Target
 from wayline.registry.ids import new_id
-from wayline.registry.models import Base, Endpoint
-
-
-class EndpointHealth(Base):
-    """Since when an endpoint's retries have all failed; the row goes NULL on a success."""
-
-    __tablename__ = "endpoint_health"
-    endpoint_id: Mapped[str] = mapped_column(String(40), primary_key=True)
-    failing_since: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    last_error: Mapped[str] = mapped_column(Text, nullable=False, server_default="")
+from wayline.registry.models import Endpoint
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,10 +96,13 @@ class RetryQueue:
         """Up to ``limit`` entries due at ``now`` whose endpoint hashes to ``shard`` of ``shards``, oldest due first."""
         leased_until = now + lease
         # One endpoint's entries always land in one shard: its in-flight and rate limits
-        # then hold in one task, as on the main path.
+        # then hold in one task, as on the main path. An endpoint that asked for a pause
+        # (Retry-After) gets nothing before it ends, whatever its entries' due times say.
+        throttled = exists().where(EndpointHealth.endpoint_id == RetryEntry.endpoint_id,
+                                   EndpointHealth.throttled_until > now)
         due = (
             select(RetryEntry.webhook_id)
-            .where(RetryEntry.dead_reason.is_(None), RetryEntry.due_at <= now,
+            .where(RetryEntry.dead_reason.is_(None), RetryEntry.due_at <= now, ~throttled,
                    text("(hashtext(endpoint_id) & 2147483647) % :shards = :shard").bindparams(
                        shards=shards, shard=shard))
             .order_by(RetryEntry.due_at)
@@ -129,8 +124,13 @@ class RetryQueue:
         with self._transaction() as session:
             return session.scalars(due).first() is not None
 
+    def blocked(self, subscription_ids: Collection[str], endpoint_ids: Collection[str]) -> Blocked:
+        """Which of these subscriptions are gone and endpoints throttled (as the main path checks)."""
+        with self._transaction() as session:
+            return blocked(session.connection(), subscription_ids, endpoint_ids)
+
     def settle(self, claims: Sequence[Claim], states: Sequence[State], now: datetime) -> None:
-        """Keep the outcome of each claimed entry's attempt (``states`` in the order of ``claims``)."""
+        """Keep the outcome of the attempts (``states``) of claimed entries (any of ``claims``)."""
         succeeded = [s for s in states if isinstance(s, Succeeded)]
         failed = [s for s in states if not isinstance(s, Succeeded)]
         lease = {claim.pending.webhook_id: claim.leased_until for claim in claims}
@@ -163,6 +163,7 @@ class RetryQueue:
                                  "b_last_error": describe(outcome)[:MAX_ERROR_CHARS], "b_dead_reason": dead_reason})
                 session.connection().execute(reschedule, rows)
                 session.execute(insert(AttemptLogEntry), [attempt_row(s, now) for s in failed])
+                mark_endpoints_and_subscriptions(session.connection(), failed, now)
             self._track_health(session, succeeded, failed, now)
 
     def _track_health(self, session: Session, succeeded: Sequence[Succeeded],
@@ -174,7 +175,8 @@ class RetryQueue:
         failing: dict[str, str] = {}
         for state in failed:
             pending, outcome, _ = failed_attempt(state)
-            if pending.endpoint_id not in healthy:
+            # What was not sent says nothing new about the endpoint.
+            if pending.endpoint_id not in healthy and not isinstance(outcome, HeldBack):
                 failing[pending.endpoint_id] = describe(outcome)[:MAX_ERROR_CHARS]
         if failing:
             upsert = insert(EndpointHealth).values(
@@ -288,15 +290,25 @@ def run_retry_stage(
     clock: Callable[[], datetime] = _utc_now,
     rng: Random | None = None,
 ) -> Tally:
-    """Attempt the claimed deliveries once more and settle them; what happened, in counts."""
+    """Attempt the claimed deliveries once more and settle them as they finish; what happened, in counts.
+
+    Deliveries to a subscription that is disabled or whose endpoint answered 410 Gone are
+    dead-lettered unsent, as on the main path."""
     tally = Tally()
     if not claims:
         return tally
-    states = attempt_all([c.pending for c in claims], targets, transport, settings, clock=clock, rng=rng)
-    queue.settle(claims, states, clock())
+    pendings = [c.pending for c in claims]
+    gone = queue.blocked({p.subscription_id for p in pendings}, ()).gone
+    unsent: list[State] = [abandon(p) for p in pendings if p.subscription_id in gone]
+    if unsent:
+        queue.settle(claims, unsent, clock())
+    todo = [p for p in pendings if p.subscription_id not in gone]
+    states = unsent + (attempt_all(todo, targets, transport, settings,
+                                   lambda batch: queue.settle(claims, batch, clock()), clock=clock, rng=rng)
+                       if todo else [])
     for state in states:
         tally.settled(state)
     return tally
 
 
-__all__ = ["Buried", "Claim", "EndpointHealth", "Failing", "RetryQueue", "run_retry_stage"]
+__all__ = ["Buried", "Claim", "Failing", "RetryQueue", "run_retry_stage"]

@@ -6,6 +6,13 @@ version moved is a new snapshot loaded, and the old one retired (its broadcast f
 A registry that cannot be read is not a reason to stop delivering: the job keeps the
 snapshot it has, logs why, and tries again at the next poll. Only the very first load
 must succeed.
+
+One holder serves every query of a job, so the poll interval is shared: a version read
+by the batching query's tick a moment before the job disabled a subscription (410 Gone)
+counted as the matching query's poll too, and its next micro-batch kept sending with the
+old snapshot for up to ``poll_s``. A change the job makes itself therefore calls
+:meth:`SnapshotHolder.refresh`, and the next :meth:`~SnapshotHolder.current` reads the
+version at once.
 """
 
 from __future__ import annotations
@@ -46,7 +53,7 @@ class SnapshotHolder(Generic[_S]):
         self._retire = retire
         self._clock = clock
         self._held: _S | None = None
-        self._polled_at = 0.0
+        self._polled_at: float | None = None
         # Several queries of one job ask from their own threads.
         self._lock = threading.Lock()
 
@@ -54,13 +61,18 @@ class SnapshotHolder(Generic[_S]):
         with self._lock:
             return self._current()
 
+    def refresh(self) -> None:
+        """The registry just changed: the next :meth:`current` reads its version, however recent the last poll."""
+        with self._lock:
+            self._polled_at = None
+
     def _current(self) -> _S:
         now = self._clock()
         if self._held is None:
             self._held = self._load()
             self._polled_at = now
             return self._held
-        if now - self._polled_at < self._poll_s:
+        if self._polled_at is not None and now - self._polled_at < self._poll_s:
             return self._held
         self._polled_at = now
         try:

@@ -42,6 +42,15 @@ RETRY_AFTER_STATUSES = frozenset({429, 503})
 _PERMANENT_FAILURES = frozenset({FailureKind.INVALID_REQUEST, FailureKind.ADDRESS_REFUSED})
 
 
+@dataclass(frozen=True, slots=True)
+class HeldBack(Failure):
+    """Not sent, so not an attempt: the circuit was open, the endpoint asked for a pause, or
+    the stage deadline came while the request waited for a slot. The delivery keeps its
+    attempt count and is due again ``wait_s`` after it was held back."""
+
+    wait_s: float = 0.0
+
+
 class Verdict(StrEnum):
     SUCCESS = "success"
     RETRY = "retry"
@@ -116,13 +125,13 @@ def next_attempt_at(
         return None
     scheduled = policy.schedule[attempt]
     delay = scheduled * (1 + policy.jitter * (2 * rng.random() - 1))
-    asked = _retry_after(outcome, now, policy.max_retry_after)
+    asked = retry_after(outcome, now, policy.max_retry_after)
     if asked is not None:
         delay = max(delay, asked)
     return now + delay
 
 
-def _retry_after(outcome: Result, now: datetime, cap: timedelta) -> timedelta | None:
+def retry_after(outcome: Result, now: datetime, cap: timedelta = DEFAULT_MAX_RETRY_AFTER) -> timedelta | None:
     """The delay a 429/503 asks for, capped; ``None`` when it asks for nothing usable."""
     if not isinstance(outcome, Response) or outcome.status not in RETRY_AFTER_STATUSES:
         return None
@@ -146,6 +155,7 @@ __all__ = [
     "DEFAULT_RETRY_POLICY",
     "DEFAULT_SCHEDULE",
     "GONE",
+    "HeldBack",
     "RETRYABLE_CLIENT_STATUSES",
     "RETRY_AFTER_STATUSES",
     "Random",
@@ -153,4 +163,5 @@ __all__ = [
     "Verdict",
     "classify",
     "next_attempt_at",
+    "retry_after",
 ]

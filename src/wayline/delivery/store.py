@@ -9,7 +9,13 @@
   up) is handed over the same way with ``dead_reason`` set: the retry path owns the
   dead-letter store, the delivery stage only hands over.
 - ``delivery_attempts``: every attempt that did not succeed (a success is its delivery-log
-  row), so a customer can see each attempt's status, error and time.
+  row), so a customer can see each attempt's status, error and time; and, marked
+  ``held_back``, each time a delivery was not sent (circuit open, endpoint throttled, no
+  slot before the deadline) — those are not attempts and spend none of the schedule.
+- ``endpoint_health``: per endpoint, since when its retries fail and until when it asked
+  not to be sent anything (``Retry-After``); ``gone_subscriptions``: subscriptions whose
+  endpoint answered 410 Gone. Both are written with the outcomes and read by every stage
+  of both paths before it sends, whatever the age of its registry snapshot.
 - ``dead_letters``: deliveries no attempt is left for, moved there by the retry path; a
   customer polls, acknowledges and replays them (:mod:`wayline.delivery.dead_letter`).
 
@@ -20,12 +26,13 @@ same rows again. The tables live in the registry's database and its migrations.
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Protocol
 
 from sqlalchemy import (
-    ARRAY, BigInteger, DateTime, Engine, Identity, Index, Integer, LargeBinary, SmallInteger, String, Text, any_,
-    bindparam, func, select, text, union_all,
+    ARRAY, BigInteger, Boolean, Connection, DateTime, Engine, Identity, Index, Integer, LargeBinary, SmallInteger,
+    String, Text, any_, bindparam, exists, func, or_, select, text, union_all,
 )
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.exc import OperationalError
@@ -33,8 +40,9 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from wayline.core.errors import RetryLater
 from wayline.delivery.attempt import DeadLettered, Gone, Pending, State, Succeeded, WillRetry
+from wayline.delivery.retry import HeldBack, retry_after
 from wayline.delivery.transport import Failure, FailureKind, Response, Result
-from wayline.registry.models import Base
+from wayline.registry.models import Base, Subscription
 
 GONE_REASON = "gone"
 # Enough of a receiver's answer to tell what went wrong, not a copy of its error page.
@@ -88,6 +96,28 @@ class AttemptLogEntry(Base):
     error: Mapped[str] = mapped_column(Text, nullable=False)
     latency_ms: Mapped[int] = mapped_column(Integer, nullable=False)
     attempted_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    held_back: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default="false")
+    """Not sent, so no attempt: ``attempt`` is the number the held-back attempt would have had."""
+
+
+class EndpointHealth(Base):
+    """What the retry path and the endpoint's own answers say about an endpoint."""
+
+    __tablename__ = "endpoint_health"
+    endpoint_id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    failing_since: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    """Since when its retries have all failed; NULL again after a success."""
+    last_error: Mapped[str] = mapped_column(Text, nullable=False, server_default="")
+    throttled_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    """Nothing is sent to it before then: it answered 429 or 503 with ``Retry-After``."""
+
+
+class GoneSubscription(Base):
+    """A subscription whose endpoint answered 410 Gone, until the subscription changes again."""
+
+    __tablename__ = "gone_subscriptions"
+    subscription_id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    gone_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
 
 
 class DeadLetterEntry(Base):
@@ -111,11 +141,25 @@ class DeadLetterEntry(Base):
     dead_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
 
 
+@dataclass(frozen=True, slots=True)
+class Blocked:
+    """What may not be sent to now, whatever the registry snapshot says."""
+
+    gone: frozenset[str] = frozenset()
+    """Subscriptions disabled, or whose endpoint answered 410 Gone since they last changed."""
+    throttled: dict[str, datetime] = field(default_factory=dict)
+    """Endpoints that asked for a pause, and until when."""
+
+
 class DeliveryStore(Protocol):
     """What a delivery stage needs from storage; the retry path reads the same tables."""
 
     def settled(self, webhook_ids: Collection[str]) -> set[str]:
         """The ids among these that need no sending: acknowledged, handed to the retry path, or dead."""
+        ...
+
+    def blocked(self, subscription_ids: Collection[str], endpoint_ids: Collection[str]) -> Blocked:
+        """Which of these subscriptions are gone and which of these endpoints are throttled."""
         ...
 
     def record(self, states: Sequence[State]) -> None:
@@ -153,6 +197,13 @@ class PostgresDeliveryStore:
         except OperationalError as exc:
             raise RetryLater(f"the delivery store is unreachable: {exc.orig}") from exc
 
+    def blocked(self, subscription_ids: Collection[str], endpoint_ids: Collection[str]) -> Blocked:
+        try:
+            with self._engine.connect() as connection:
+                return blocked(connection, subscription_ids, endpoint_ids)
+        except OperationalError as exc:
+            raise RetryLater(f"the delivery store is unreachable: {exc.orig}") from exc
+
     def record(self, states: Sequence[State]) -> None:
         logged = [_log_row(s) for s in states if isinstance(s, Succeeded)]
         failed = [s for s in states if not isinstance(s, Succeeded)]
@@ -168,8 +219,55 @@ class PostgresDeliveryStore:
                 attempted = [attempt_row(s, now) for s in failed if not _deferred(s)]
                 if attempted:
                     connection.execute(insert(AttemptLogEntry), attempted)
+                mark_endpoints_and_subscriptions(connection, failed, now)
         except OperationalError as exc:
             raise RetryLater(f"the delivery store is unreachable: {exc.orig}") from exc
+
+
+def blocked(connection: Connection, subscription_ids: Collection[str], endpoint_ids: Collection[str]) -> Blocked:
+    """:meth:`DeliveryStore.blocked` on an open connection (the retry path shares it)."""
+    gone: set[str] = set()
+    if subscription_ids:
+        ids = bindparam("subscription_ids", list(subscription_ids), type_=ARRAY(String))
+        # Ids that are no subscription (the test events' pseudo-subscription) are never gone.
+        fresh_410 = exists().where(GoneSubscription.subscription_id == Subscription.id,
+                                   GoneSubscription.gone_at > Subscription.updated_at)
+        gone = set(connection.scalars(select(Subscription.id).where(
+            Subscription.id == any_(ids), or_(Subscription.enabled.is_(False), fresh_410))))
+    throttled: dict[str, datetime] = {}
+    if endpoint_ids:
+        ids = bindparam("endpoint_ids", list(endpoint_ids), type_=ARRAY(String))
+        throttled = {endpoint: until for endpoint, until in connection.execute(
+            select(EndpointHealth.endpoint_id, EndpointHealth.throttled_until).where(
+                EndpointHealth.endpoint_id == any_(ids), EndpointHealth.throttled_until > func.now()))}
+    return Blocked(frozenset(gone), throttled)
+
+
+def mark_endpoints_and_subscriptions(connection: Connection, failed: Sequence[WillRetry | DeadLettered | Gone],
+                                     now: datetime) -> None:
+    """Keep what failed answers said for every sender to see: a ``Retry-After`` pauses its
+    endpoint, a 410 marks its subscription gone."""
+    pauses: dict[str, datetime] = {}
+    gone: set[str] = set()
+    for state in failed:
+        pending, outcome, _ = failed_attempt(state)
+        if isinstance(state, Gone):
+            gone.add(pending.subscription_id)
+        pause = retry_after(outcome, now)
+        if pause:
+            pauses[pending.endpoint_id] = max(pauses.get(pending.endpoint_id, now), now + pause)
+    if pauses:
+        upsert = insert(EndpointHealth).values(
+            [{"endpoint_id": e, "throttled_until": until} for e, until in sorted(pauses.items())])
+        connection.execute(upsert.on_conflict_do_update(
+            index_elements=[EndpointHealth.endpoint_id],
+            set_={"throttled_until": func.greatest(EndpointHealth.throttled_until, upsert.excluded.throttled_until)},
+        ))
+    if gone:
+        # The database's clock, like the subscription's updated_at a change sets afterwards.
+        upsert = insert(GoneSubscription).values([{"subscription_id": s, "gone_at": func.now()} for s in sorted(gone)])
+        connection.execute(upsert.on_conflict_do_update(
+            index_elements=[GoneSubscription.subscription_id], set_={"gone_at": upsert.excluded.gone_at}))
 
 
 def _log_row(state: Succeeded) -> dict[str, Any]:
@@ -200,17 +298,19 @@ def failed_attempt(state: WillRetry | DeadLettered | Gone) -> tuple[Pending, Res
 
 
 def attempt_row(state: WillRetry | DeadLettered | Gone, at: datetime) -> dict[str, Any]:
-    """The attempt-log row of a failed attempt settled at ``at``."""
+    """The attempt-log row of a failed or held-back attempt settled at ``at``."""
     pending, outcome, _ = failed_attempt(state)
+    held_back = isinstance(outcome, HeldBack)
     return {
         "webhook_id": pending.webhook_id,
         "endpoint_id": pending.endpoint_id,
         "subscription_id": pending.subscription_id,
-        "attempt": pending.attempts,
+        "attempt": pending.attempts + 1 if held_back else pending.attempts,
         "status": outcome.status if isinstance(outcome, Response) else None,
         "error": describe(outcome)[:MAX_ERROR_CHARS],
         "latency_ms": round(outcome.elapsed_s * 1000),
         "attempted_at": at,
+        "held_back": held_back,
     }
 
 
@@ -234,12 +334,17 @@ __all__ = [
     "GONE_REASON",
     "MAX_ERROR_CHARS",
     "AttemptLogEntry",
+    "Blocked",
     "DeadLetterEntry",
     "DeliveryLogEntry",
     "DeliveryStore",
+    "EndpointHealth",
+    "GoneSubscription",
     "PostgresDeliveryStore",
     "RetryEntry",
     "attempt_row",
+    "blocked",
     "describe",
     "failed_attempt",
+    "mark_endpoints_and_subscriptions",
 ]

@@ -98,6 +98,8 @@ class FailureKind(StrEnum):
     """The delivery stage's deadline came first; the request may or may not have arrived."""
     CIRCUIT_OPEN = "circuit_open"
     """Not sent: the endpoint's circuit breaker is open."""
+    THROTTLED = "throttled"
+    """Not sent: the endpoint asked for a pause (429 or 503 with ``Retry-After``) that has not passed."""
     DEFERRED = "deferred"
     """Not sent by the delivery job: the endpoint is failing, so the retry path sends it, at once.
     Not an attempt: it is not counted or logged as one."""

@@ -341,7 +341,11 @@ def start_delivery(
 
     def record(summary: BatchSummary) -> None:
         metrics.add(summary)  # thread-safe: each query calls from its own thread
-        disable_gone(database, summary.deliveries.gone_subscriptions())
+        gone = summary.deliveries.gone_subscriptions()
+        if gone:
+            disable_gone(database, gone)
+            # Whichever query runs next sends with the registry as it is now.
+            holder.refresh()
 
     def match_and_send(batch: DataFrame, batch_id: int) -> None:
         started.wait()

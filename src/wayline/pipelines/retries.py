@@ -178,7 +178,10 @@ def start_retries(
             tally = drain(spark, drainer, shards)
             if metrics is not None:
                 metrics.add(BatchSummary(deliveries=tally, registry_version=live.version))
-            disable_gone(database, tally.gone_subscriptions())
+            gone = tally.gone_subscriptions()
+            if gone:
+                disable_gone(database, gone)
+                holder.refresh()
         now = datetime.now(timezone.utc)
         while len(queue.bury(BURY_LIMIT, now, lambda buried: producer.publish(dead_lettered_events(buried)))) \
                 == BURY_LIMIT:

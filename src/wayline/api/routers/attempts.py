@@ -18,7 +18,8 @@ def list_attempts(
     endpoint_id: Annotated[str | None, Query()] = None,
     subscription_id: Annotated[str | None, Query()] = None,
     webhook_id: Annotated[str | None, Query()] = None,
-    outcome: Annotated[attempt_log.AttemptOutcome | None, Query(description="succeeded or failed")] = None,
+    outcome: Annotated[attempt_log.AttemptOutcome | None,
+                       Query(description="succeeded, failed, or held (not sent: no attempt)")] = None,
     since: Annotated[datetime | None, Query(description="attempted at or after")] = None,
     until: Annotated[datetime | None, Query(description="attempted before")] = None,
 ):

@@ -2,7 +2,7 @@
 the ids currently missing, and each job's last applied micro-batch.
 
 Revision ID: 0014
-Revises: 0011a
+Revises: 0011t
 Create Date: 2026-11-24
 """
 
@@ -11,7 +11,7 @@ from alembic import op
 from sqlalchemy.dialects import postgresql
 
 revision = "0014"
-down_revision = "0011a"
+down_revision = "0011t"
 branch_labels = None
 depends_on = None
 
