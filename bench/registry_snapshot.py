@@ -33,7 +33,7 @@ from wayline.core.settings import Settings
 from wayline.registry.db import Database, make_engine, migrate
 from wayline.registry.ids import new_id
 from wayline.registry.models import Customer, Endpoint, EventType, SigningSecret, Subscription, Tenant
-from wayline.delivery.signing import Secret
+from wayline.core.secret import Secret
 from wayline.registry.secrets import SecretBox
 from wayline.registry.snapshot import load_snapshot
 from wayline.stack import loadgen, local

@@ -30,8 +30,8 @@ from confluent_kafka import Consumer, Producer
 
 from wayline.core.kafka import ensure_topics
 from wayline.delivery.attempt import Pending, Succeeded, WillRetry
-from wayline.delivery.drain import RetryQueue
-from wayline.delivery.store import PostgresDeliveryStore
+from wayline.delivery.storage.drain import RetryQueue
+from wayline.delivery.storage.store import PostgresDeliveryStore
 from wayline.delivery.transport import Response
 
 from fresh_stack import fresh_stack, machine

@@ -18,7 +18,7 @@ from wayline.delivery.batch import Batcher, BatchItem, BatchKey, BatchLimits
 from wayline.delivery.circuit import CircuitBreakers, CircuitSettings, CircuitState
 from wayline.delivery.dispatch import Dispatcher, TokenBucket
 from wayline.delivery.http_client import AiohttpTransport
-from wayline.delivery.signing import Secret
+from wayline.core.secret import Secret
 from wayline.delivery.transport import Endpoint, EndpointLimits, Failure, FailureKind, Request, Response
 
 

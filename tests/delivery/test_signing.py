@@ -8,13 +8,11 @@ from standardwebhooks import Webhook
 from standardwebhooks.webhooks import WebhookVerificationError
 
 from wayline.core.errors import RejectedInput
+from wayline.core.secret import MAX_SECRET_BYTES, MIN_SECRET_BYTES, Secret
 from wayline.delivery.signing import (
     ID_HEADER,
-    MAX_SECRET_BYTES,
-    MIN_SECRET_BYTES,
     SIGNATURE_HEADER,
     TIMESTAMP_HEADER,
-    Secret,
     batch_message_id,
     message_id,
     sign,

@@ -22,9 +22,9 @@ from wayline.delivery.circuit import CircuitSettings
 from wayline.delivery.http_client import AiohttpTransport
 from wayline.delivery.outcomes import Outcome
 from wayline.delivery.retry import DEFAULT_RETRY_POLICY
-from wayline.delivery.signing import Secret
+from wayline.core.secret import Secret
 from wayline.delivery.stage import StageSettings, run_stage
-from wayline.delivery.store import GONE_REASON, AttemptLogEntry, DeliveryLogEntry, PostgresDeliveryStore, RetryEntry
+from wayline.delivery.storage.store import GONE_REASON, AttemptLogEntry, DeliveryLogEntry, PostgresDeliveryStore, RetryEntry
 from wayline.delivery.targets import Target
 from wayline.delivery.transport import EndpointLimits, Failure, FailureKind, Response
 

@@ -46,8 +46,9 @@ from wayline.core.settings import DeliverySettings, Settings
 from wayline.core.metrics import serve_metrics
 from wayline.delivery.metrics import DeliveryMetrics
 from wayline.delivery.outcomes import BatchSummary, Outcome
-from wayline.delivery.signing import Secret, batch_message_id, message_id
-from wayline.delivery.store import GONE_REASON, DeliveryLogEntry, RetryEntry
+from wayline.core.secret import Secret
+from wayline.delivery.signing import batch_message_id, message_id
+from wayline.delivery.storage.store import GONE_REASON, DeliveryLogEntry, RetryEntry
 from wayline.registry import catalog, customer, subscription
 from wayline.registry.access import ADMIN
 from wayline.registry.endpoint import BasicAuth, BearerAuth, EndpointIn, NoAuth, OAuth2Auth, RotateIn

@@ -32,8 +32,9 @@ from tests.delivery.receivers import Receivers
 from wayline.api.app import endpoint_service
 from wayline.core.kafka import ensure_topics
 from wayline.core.settings import Settings
-from wayline.delivery.signing import Secret, message_id
-from wayline.delivery.store import DeliveryLogEntry, RetryEntry
+from wayline.core.secret import Secret
+from wayline.delivery.signing import message_id
+from wayline.delivery.storage.store import DeliveryLogEntry, RetryEntry
 from wayline.registry import catalog, customer, subscription
 from wayline.registry.access import ADMIN
 from wayline.registry.endpoint import EndpointIn

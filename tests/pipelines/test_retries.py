@@ -34,10 +34,11 @@ from tests.delivery.servers import Recorder
 from wayline.api.app import endpoint_service
 from wayline.core.kafka import ensure_topics
 from wayline.core.settings import DeliverySettings, Settings
-from wayline.delivery.drain import RetryQueue
+from wayline.delivery.storage.drain import RetryQueue
 from wayline.delivery.metrics import DeliveryMetrics
-from wayline.delivery.signing import Secret, message_id
-from wayline.delivery.store import AttemptLogEntry, DeadLetterEntry, DeliveryLogEntry, RetryEntry
+from wayline.core.secret import Secret
+from wayline.delivery.signing import message_id
+from wayline.delivery.storage.store import AttemptLogEntry, DeadLetterEntry, DeliveryLogEntry, RetryEntry
 from wayline.registry import catalog, customer, subscription
 from wayline.registry.access import ADMIN
 from wayline.registry.catalog import ENDPOINT_DISABLED, MESSAGE_DEAD_LETTERED

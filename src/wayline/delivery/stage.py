@@ -21,6 +21,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
+from typing import Protocol
 
 from wayline.core.settings import DeliverySettings
 from wayline.delivery.attempt import Pending, State, defer, settle
@@ -28,11 +29,22 @@ from wayline.delivery.circuit import CircuitSettings, process_breakers
 from wayline.delivery.dispatch import Dispatcher
 from wayline.delivery.outcomes import Tally
 from wayline.delivery.retry import DEFAULT_RETRY_POLICY, Random, RetryPolicy
-from wayline.delivery.store import DeliveryStore
 from wayline.delivery.targets import Target
 from wayline.delivery.transport import Endpoint, Failure, FailureKind, Request, Result, Transport
 
 TransportFactory = Callable[[], AbstractAsyncContextManager[Transport]]
+
+
+class DeliveryStore(Protocol):
+    """What a delivery stage needs from storage; ``wayline.delivery.storage`` keeps it in PostgreSQL."""
+
+    def settled(self, webhook_ids: Collection[str]) -> set[str]:
+        """The ids among these that need no sending: acknowledged, handed to the retry path, or dead."""
+        ...
+
+    def record(self, states: Sequence[State]) -> None:
+        """Keep the outcome of each attempt: successes in the log, the rest in the retry store."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,4 +176,4 @@ async def _attempt(
     return [unsendable[position] if position in unsendable else next(answers) for position in range(len(todo))]
 
 
-__all__ = ["StageSettings", "TransportFactory", "attempt_all", "run_stage"]
+__all__ = ["DeliveryStore", "StageSettings", "TransportFactory", "attempt_all", "run_stage"]

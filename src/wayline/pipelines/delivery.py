@@ -48,7 +48,7 @@ from wayline.core.kafka import ensure_topics
 from wayline.core.settings import Settings
 from wayline.delivery.batch import DEFAULT_MAX_COUNT, DEFAULT_MAX_WAIT
 from wayline.delivery.bucket import Source
-from wayline.delivery.drain import RetryQueue
+from wayline.delivery.storage.drain import RetryQueue
 from wayline.delivery.holder import Polled, SnapshotHolder
 from wayline.delivery.metrics import DeliveryMetrics
 from wayline.delivery.outcomes import BatchSummary, Tally

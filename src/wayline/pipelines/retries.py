@@ -9,7 +9,7 @@ checkpoint like any query. Each micro-batch (``foreachBatch``, on the driver):
 2. if any entry is due, runs one drain task per shard of endpoints (``mapInArrow`` over the shard numbers):
    each task claims its shard's due entries from PostgreSQL itself, attempts them through
    the same stage pieces as the main path and settles them
-   (:mod:`wayline.delivery.drain`) — payloads never pass through the driver;
+   (:mod:`wayline.delivery.storage.drain`) — payloads never pass through the driver;
 3. disables the subscriptions whose endpoint answered 410;
 4. moves the entries no attempt is left for into the dead-letter store, and announces
    each on the operations topic before that move commits;
@@ -41,7 +41,7 @@ from sqlalchemy.exc import OperationalError
 from wayline.core.errors import RejectedInput, RetryLater
 from wayline.core.kafka import ensure_topics
 from wayline.core.settings import Settings
-from wayline.delivery.drain import Failing, RetryQueue, run_retry_stage
+from wayline.delivery.storage.drain import Failing, RetryQueue, run_retry_stage
 from wayline.delivery.holder import SnapshotHolder
 from wayline.delivery.http_client import AiohttpTransport
 from wayline.delivery.metrics import DeliveryMetrics

@@ -29,7 +29,7 @@ from wayline.delivery.attempt import Kind, Pending
 from wayline.delivery.http_client import AiohttpTransport
 from wayline.delivery.outcomes import Outcome, Tally
 from wayline.delivery.stage import StageSettings, run_stage
-from wayline.delivery.store import PostgresDeliveryStore
+from wayline.delivery.storage.store import PostgresDeliveryStore
 from wayline.delivery.targets import Target
 from wayline.registry.db import make_engine
 

@@ -4,6 +4,7 @@ the Standard Webhooks secrets that sign every request (several during a rotation
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
+from http import HTTPStatus
 from typing import Annotated, Any, Literal
 
 import orjson
@@ -15,8 +16,7 @@ from wayline.core.errors import NotFound, RejectedInput
 from wayline.registry.access import Caller, Page, owned, page, scoped
 from wayline.registry.ids import new_id
 from wayline.registry.models import Customer, Endpoint, SigningSecret
-from wayline.delivery.retry import GONE
-from wayline.delivery.signing import Secret
+from wayline.core.secret import Secret
 from wayline.registry.secrets import SecretBox
 from wayline.registry.urls import Resolver, check_endpoint_url, resolve
 
@@ -69,8 +69,8 @@ def _new_secret() -> str:
 
 
 def _not_gone(statuses: list[int]) -> list[int]:
-    if GONE in statuses:
-        raise ValueError(f"{GONE} Gone always disables the subscription; it cannot be retried")
+    if HTTPStatus.GONE in statuses:
+        raise ValueError(f"{HTTPStatus.GONE.value} Gone always disables the subscription; it cannot be retried")
     return sorted(set(statuses))
 
 

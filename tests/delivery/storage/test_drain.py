@@ -25,14 +25,14 @@ from tests.delivery.servers import Recorder
 from wayline.api.app import endpoint_service
 from wayline.delivery.attempt import Pending, WillRetry
 from wayline.delivery.circuit import CircuitSettings, CircuitState, process_breakers
-from wayline.delivery.drain import EndpointHealth, RetryQueue, run_retry_stage
+from wayline.delivery.storage.drain import EndpointHealth, RetryQueue, run_retry_stage
 from wayline.delivery.http_client import AiohttpTransport
 from wayline.delivery.operations import dead_lettered_events
 from wayline.delivery.outcomes import Outcome
 from wayline.delivery.retry import RetryPolicy
-from wayline.delivery.signing import Secret
+from wayline.core.secret import Secret
 from wayline.delivery.stage import StageSettings, run_stage
-from wayline.delivery.store import (
+from wayline.delivery.storage.store import (
     AttemptLogEntry, DeadLetterEntry, DeliveryLogEntry, PostgresDeliveryStore, RetryEntry,
 )
 from wayline.delivery.targets import Target

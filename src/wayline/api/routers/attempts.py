@@ -6,7 +6,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from wayline.api.deps import DB, CallerDep, PagingDep
-from wayline.delivery import attempt_log
+from wayline.delivery.storage import attempt_log
 
 router = APIRouter(prefix="/attempts", tags=["attempts"])
 

@@ -6,7 +6,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Response
 
 from wayline.api.deps import DB, CallerDep, PagingDep
-from wayline.delivery import dead_letter
+from wayline.delivery.storage import dead_letter
 
 router = APIRouter(prefix="/dead-letters", tags=["dead letters"])
 

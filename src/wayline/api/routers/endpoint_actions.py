@@ -3,7 +3,7 @@
 from fastapi import APIRouter
 
 from wayline.api.deps import DB, CallerDep, EndpointsDep
-from wayline.delivery import dead_letter
+from wayline.delivery.storage import dead_letter
 from wayline.registry.endpoint import EndpointOut, EndpointPatch
 from wayline.registry.ids import new_id
 

@@ -3,7 +3,7 @@
 The store keeps an attempt where its outcome lands: a success is the one row of the
 delivery log (attempt number included), every other attempt — failed, cut by the
 deadline, not sent because the circuit was open — is a row of the attempt log
-(:class:`~wayline.delivery.store.AttemptLogEntry`). Writing only failures there keeps the
+(:class:`~wayline.delivery.storage.store.AttemptLogEntry`). Writing only failures there keeps the
 healthy path at one row per delivery; listing reads both tables as one, newest first.
 """
 
@@ -20,7 +20,7 @@ from sqlalchemy import Select, literal, select, tuple_, union_all
 from sqlalchemy.orm import Session
 
 from wayline.core.errors import RejectedInput
-from wayline.delivery.store import AttemptLogEntry, DeliveryLogEntry
+from wayline.delivery.storage.store import AttemptLogEntry, DeliveryLogEntry
 from wayline.registry.access import Caller, owned
 from wayline.registry.models import Endpoint, Subscription
 

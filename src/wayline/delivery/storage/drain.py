@@ -40,7 +40,7 @@ from wayline.delivery.attempt import DeadLettered, Gone, Kind, Pending, State, S
 from wayline.delivery.outcomes import Tally
 from wayline.delivery.retry import Random
 from wayline.delivery.stage import StageSettings, TransportFactory, attempt_all
-from wayline.delivery.store import (
+from wayline.delivery.storage.store import (
     MAX_ERROR_CHARS, AttemptLogEntry, DeadLetterEntry, DeliveryLogEntry, RetryEntry, attempt_row, describe, failed_attempt,
 )
 from wayline.delivery.targets import Target

@@ -11,7 +11,7 @@
 - ``delivery_attempts``: every attempt that did not succeed (a success is its delivery-log
   row), so a customer can see each attempt's status, error and time.
 - ``dead_letters``: deliveries no attempt is left for, moved there by the retry path; a
-  customer polls, acknowledges and replays them (:mod:`wayline.delivery.dead_letter`).
+  customer polls, acknowledges and replays them (:mod:`wayline.delivery.storage.dead_letter`).
 
 Both writes are idempotent (``ON CONFLICT DO NOTHING``): a replayed stage may write the
 same rows again. The tables live in the registry's database and its migrations.
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from datetime import datetime, timezone
-from typing import Any, Protocol
+from typing import Any
 
 from sqlalchemy import (
     ARRAY, BigInteger, DateTime, Engine, Identity, Index, Integer, LargeBinary, SmallInteger, String, Text, any_,
@@ -109,18 +109,6 @@ class DeadLetterEntry(Base):
     last_error: Mapped[str] = mapped_column(Text, nullable=False)
     first_attempt_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
     dead_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
-
-
-class DeliveryStore(Protocol):
-    """What a delivery stage needs from storage; the retry path reads the same tables."""
-
-    def settled(self, webhook_ids: Collection[str]) -> set[str]:
-        """The ids among these that need no sending: acknowledged, handed to the retry path, or dead."""
-        ...
-
-    def record(self, states: Sequence[State]) -> None:
-        """Keep the outcome of each attempt: successes in the log, the rest in the retry store."""
-        ...
 
 
 def describe(outcome: Result) -> str:
@@ -236,7 +224,6 @@ __all__ = [
     "AttemptLogEntry",
     "DeadLetterEntry",
     "DeliveryLogEntry",
-    "DeliveryStore",
     "PostgresDeliveryStore",
     "RetryEntry",
     "attempt_row",
