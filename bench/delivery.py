@@ -32,7 +32,7 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
-from wayline.api.app import endpoint_service
+from wayline.registry.endpoint import EndpointService
 from wayline.core.kafka import ensure_topics
 from wayline.core.settings import Settings
 from wayline.delivery.metrics import DeliveryMetrics
@@ -124,7 +124,7 @@ def one_run(spark: Any, base: Settings, database: Database, receiver_url: str, s
     })
     topics = loadgen.topics(prefix)
     ensure_topics(settings.kafka_bootstrap(), topics, settings.kafka.topic_partitions)
-    endpoints = endpoint_service(settings)
+    endpoints = EndpointService.from_settings(settings)
     seeded = seed(database, endpoints, receiver_url, shape(mode, run))
     secrets_out.send(seeded.secrets)
     factory = loadgen.EventFactory(topic_prefix=prefix, run_id=run)

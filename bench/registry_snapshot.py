@@ -27,7 +27,7 @@ from pathlib import Path
 
 from sqlalchemy import insert
 
-from wayline.api.app import endpoint_service
+from wayline.registry.endpoint import EndpointService
 from wayline.core.kafka import ensure_topics
 from wayline.core.settings import Settings
 from wayline.registry.db import Database, make_engine, migrate
@@ -116,10 +116,10 @@ def main() -> None:
         "events": args.events, "runs": args.runs,
     }
     try:
-        engine = make_engine(settings)
+        engine = make_engine(settings.postgres_dsn())
         migrate(engine)
         database = Database(engine)
-        service = endpoint_service(settings)
+        service = EndpointService.from_settings(settings)
         seed_seconds = timed(lambda: seed_registry(database, SecretBox.from_settings(settings), random.Random(3),
                                                    args.endpoints, args.subscriptions))
         report["seed_s"] = round(seed_seconds, 2)

@@ -39,7 +39,7 @@ from standardwebhooks import Webhook
 from tests.delivery.receivers import Receivers
 from tests.delivery.servers import Received, Recorder
 from tests.delivery.test_auth import CLIENT_ID, CLIENT_SECRET, TokenServer
-from wayline.api.app import endpoint_service
+from wayline.registry.endpoint import EndpointService
 from wayline.core.envelope import Reason
 from wayline.core.kafka import ensure_topics
 from wayline.core.settings import DeliverySettings, Settings
@@ -279,7 +279,7 @@ def scenario(api_settings: Settings, database, spark, tmp_path_factory: pytest.T
     bootstrap = settings.kafka_bootstrap()
     ensure_topics(bootstrap, TOPICS, 2)
     checkpoint = tmp_path_factory.mktemp("delivery") / "checkpoint"
-    endpoints = endpoint_service(settings)
+    endpoints = EndpointService.from_settings(settings)
     recorder = Recorder()
     tokens = TokenServer()
 

@@ -29,7 +29,7 @@ from sqlalchemy import select
 
 from tests.conftest import REPO
 from tests.delivery.receivers import Receivers
-from wayline.api.app import endpoint_service
+from wayline.registry.endpoint import EndpointService
 from wayline.core.kafka import ensure_topics
 from wayline.core.settings import Settings
 from wayline.core.secret import Secret
@@ -112,7 +112,7 @@ def wait_for(condition: object, what: str, timeout_s: float) -> None:
 def crashed_and_restarted(api_settings: Settings, database, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     bootstrap = api_settings.kafka_bootstrap()
     ensure_topics(bootstrap, TOPICS, 2)
-    endpoints = endpoint_service(api_settings)
+    endpoints = EndpointService.from_settings(api_settings)
     arrivals = Arrivals()
     log = tmp_path_factory.mktemp("crash") / "job.log"
     with Receivers() as receivers:

@@ -31,7 +31,7 @@ from standardwebhooks import Webhook
 
 from tests.delivery.receivers import Receivers
 from tests.delivery.servers import Recorder
-from wayline.api.app import endpoint_service
+from wayline.registry.endpoint import EndpointService
 from wayline.core.kafka import ensure_topics
 from wayline.core.settings import DeliverySettings, Settings
 from wayline.delivery.storage.drain import RetryQueue
@@ -99,7 +99,7 @@ def scenario(api_settings: Settings, database, spark, tmp_path_factory: pytest.T
     })
     ensure_topics(settings.kafka_bootstrap(), [TOPIC], 2)
     root = tmp_path_factory.mktemp("retries")
-    endpoints = endpoint_service(settings)
+    endpoints = EndpointService.from_settings(settings)
     recorder = Recorder()
     record = Scenario(recorder, {}, {}, {})
     seen: Counter[str] = Counter()

@@ -11,6 +11,7 @@ import typer
 from rich.console import RenderableType
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from wayline import compose
 from wayline.cli.output import console, guarded, watch
 from wayline.cli.registry import APPS
 from wayline.cli.rules import rules_app, watch_rules
@@ -34,15 +35,12 @@ app.add_typer(rules_app, name="rules")
 
 def _start_stack(settings: Settings) -> local.StackState:
     """The stack, with the registry schema migrated: what every other command expects."""
-    from wayline.registry.db import make_engine, migrate
+    from wayline.registry.db import migrate
 
     with console.status("starting Kafka and PostgreSQL…"):
         state = local.up(settings)
-        engine = make_engine(settings)
-        try:
-            migrate(engine)
-        finally:
-            engine.dispose()
+        with compose.database(settings) as registry:
+            migrate(registry.engine)
     return state
 
 
@@ -137,23 +135,14 @@ def _watch_delivery(settings: Settings, receiver: Receiver | None = None,
     """Run the delivery job with a live view until Ctrl-C (or ``stop_when``); with a local
     ``receiver``, the view shows what each of its endpoints got. With ``retries``, the retry
     query runs beside it in the same Spark session (counted in the same metrics)."""
-    from wayline.api.app import endpoint_service
     from wayline.cli.views import delivery_view
-    from wayline.core.metrics import serve_metrics
     from wayline.delivery.metrics import DeliveryMetrics
-    from wayline.pipelines.delivery import start_delivery
-    from wayline.pipelines.retries import start_retries
-    from wayline.registry.db import Database, make_engine
-    from wayline.stack.spark import spark_session
 
     metrics = DeliveryMetrics()
-    server = serve_metrics(metrics, settings.delivery.metrics_host, settings.delivery.metrics_port,
-                           "WAYLINE_DELIVERY__METRICS_PORT")
-    engine = make_engine(settings)
-    try:
-        with console.status("starting Spark…"):
-            spark = spark_session(settings)
-        job = start_delivery(spark, settings, Database(engine), endpoint_service(settings), metrics)
+    with (compose.metrics_served(metrics, settings.delivery.metrics_host, settings.delivery.metrics_port,
+                                 "WAYLINE_DELIVERY__METRICS_PORT") as server,
+          compose.wired(settings, console.status("starting Spark…")) as wiring):
+        job = compose.delivery_job(wiring, metrics)
         console.print(f"delivering; metrics at {server.url}; Ctrl-C stops")
 
         def view() -> RenderableType:
@@ -161,8 +150,7 @@ def _watch_delivery(settings: Settings, receiver: Receiver | None = None,
             return delivery_view(metrics.overview(), float(progress.get("inputRowsPerSecond") or 0),
                                  receiver.stats() if receiver else {})
 
-        retry_query = (start_retries(spark, settings, Database(engine), endpoint_service(settings), metrics)
-                       if retries else None)
+        retry_query = compose.retry_query(wiring, metrics) if retries else None
         try:
             watch(job, view, "delivery job",
                   lambda: stop_when() or (retry_query is not None and not retry_query.isActive))
@@ -171,10 +159,6 @@ def _watch_delivery(settings: Settings, receiver: Receiver | None = None,
         finally:
             if retry_query is not None:
                 retry_query.stop()
-            spark.stop()
-    finally:
-        server.close()
-        engine.dispose()
 
 
 @run_app.command("delivery")
@@ -195,23 +179,15 @@ def run_rules() -> None:
 @guarded
 def run_retries() -> None:
     """Drain the retry store: re-attempt due deliveries, dead-letter the exhausted, disable endpoints failing too long."""
-    from wayline.api.app import endpoint_service
-    from wayline.core.metrics import serve_metrics
     from wayline.delivery.metrics import DeliveryMetrics
     from wayline.delivery.outcomes import Outcome
-    from wayline.pipelines.retries import start_retries
-    from wayline.registry.db import Database, make_engine
-    from wayline.stack.spark import spark_session
 
     settings = Settings()
     metrics = DeliveryMetrics()
-    server = serve_metrics(metrics, settings.delivery.metrics_host, settings.delivery.retry_metrics_port,
-                           "WAYLINE_DELIVERY__RETRY_METRICS_PORT")
-    engine = make_engine(settings)
-    try:
-        with console.status("starting Spark…"):
-            spark = spark_session(settings)
-        query = start_retries(spark, settings, Database(engine), endpoint_service(settings), metrics)
+    with (compose.metrics_served(metrics, settings.delivery.metrics_host, settings.delivery.retry_metrics_port,
+                                 "WAYLINE_DELIVERY__RETRY_METRICS_PORT") as server,
+          compose.wired(settings, console.status("starting Spark…")) as wiring):
+        query = compose.retry_query(wiring, metrics)
         console.print(f"draining retries every {settings.delivery.retry_poll_s:g} s; metrics at {server.url}; "
                       "Ctrl-C stops")
 
@@ -221,13 +197,7 @@ def run_retries() -> None:
                     f"{seen.deliveries[Outcome.RETRIED]:,} to retry again · "
                     f"{seen.deliveries[Outcome.DEAD_LETTERED]:,} dead-lettered")
 
-        try:
-            watch(query, view, "retry query")
-        finally:
-            spark.stop()
-    finally:
-        server.close()
-        engine.dispose()
+        watch(query, view, "retry query")
 
 
 @serve_app.command("admin")
@@ -239,12 +209,8 @@ def serve_admin(
     """Serve the admin API (OpenAPI at /docs). Stateless: run as many as you like."""
     import uvicorn
 
-    from wayline.api.app import create_app
-    from wayline.registry.db import Database, make_engine
-
     settings = Settings()
-    uvicorn.run(create_app(settings, Database(make_engine(settings))),
-                host=host or settings.api.host, port=port or settings.api.port)
+    uvicorn.run(compose.admin_app(settings), host=host or settings.api.host, port=port or settings.api.port)
 
 
 @app.command()
@@ -255,8 +221,7 @@ def demo(
 ) -> None:
     """Start the stack, seed sample subscriptions, produce a stream and deliver it to a local
     receiver that checks every signature. Ctrl-C stops all."""
-    from wayline.api.app import endpoint_service
-    from wayline.registry.db import Database, make_engine
+    from wayline.registry.endpoint import EndpointService
     from wayline.stack.receiver import Receiver, ReceiverServer
     from wayline.stack.seed import seed
 
@@ -280,11 +245,8 @@ def demo(
     receiver = ReceiverServer(Receiver())
     producer = threading.Thread(target=feed, name="wayline-demo-producer", daemon=True)
     try:
-        engine = make_engine(settings)
-        try:
-            seeded = seed(Database(engine), endpoint_service(settings), receiver.url)
-        finally:
-            engine.dispose()
+        with compose.database(settings) as registry:
+            seeded = seed(registry, EndpointService.from_settings(settings), receiver.url)
         receiver.receiver.trust(seeded.secrets)
         for described in seeded.subscriptions.values():
             console.print(f"  subscription {described}")

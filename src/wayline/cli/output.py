@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 import typer
 from pydantic import ValidationError
@@ -14,6 +14,7 @@ from rich.console import Console, RenderableType
 from rich.live import Live
 
 from wayline.core.errors import WaylineError
+from wayline.pipelines.job import Job
 
 console = Console()
 F = TypeVar("F", bound=Callable[..., Any])
@@ -39,18 +40,7 @@ def guarded(command: F) -> F:
     return run  # type: ignore[return-value]
 
 
-class Running(Protocol):
-    """A streaming query, or a job of several, as the live view watches it."""
-
-    @property
-    def isActive(self) -> bool: ...  # noqa: N802 - StreamingQuery's name
-
-    def exception(self) -> Any: ...
-
-    def stop(self) -> None: ...
-
-
-def watch(job: Running, view: Callable[[], RenderableType], what: str,
+def watch(job: Job, view: Callable[[], RenderableType], what: str,
           stop_when: Callable[[], bool] = lambda: False) -> None:
     """Show ``view`` twice a second while ``job`` runs, until Ctrl-C or ``stop_when``; then stop it."""
     try:
@@ -68,4 +58,4 @@ def watch(job: Running, view: Callable[[], RenderableType], what: str,
         job.stop()
 
 
-__all__ = ["Running", "console", "guarded", "watch"]
+__all__ = ["console", "guarded", "watch"]

@@ -3,15 +3,14 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.live import Live
 from rich.table import Table
 
-from wayline.cli.output import console, guarded
+from wayline import compose
+from wayline.cli.output import console, guarded, watch
 from wayline.cli.registry import Limit, registry, show
 from wayline.core.settings import Settings
 from wayline.registry import rule
@@ -108,41 +107,20 @@ def _view(job) -> Table:
 
 def watch_rules(settings: Settings) -> None:
     """Run the rules job with a live per-rule view until Ctrl-C."""
-    from wayline.core.metrics import serve_metrics
-    from wayline.pipelines.rules import RulesJob
-    from wayline.registry.db import Database, make_engine
     from wayline.registry.rule_control import ControlTopic
     from wayline.rules.metrics import RulesMetrics
-    from wayline.stack.spark import spark_session
 
-    engine = make_engine(settings)
     control = ControlTopic(settings)
-    server = None
     try:
-        with console.status("starting Spark…"):
-            spark = spark_session(settings)
-        job = RulesJob(spark, settings, Database(engine), settings.checkpoint_root / "rules", control).start()
-        server = serve_metrics(RulesMetrics(job.counters), settings.rules.metrics_host, settings.rules.metrics_port,
-                               "WAYLINE_RULES__METRICS_PORT")
-        console.print(f"running rules; control topic {settings.rules.control_topic}; metrics at {server.url}; "
-                      "Ctrl-C stops")
-        try:
-            with Live(console=console, refresh_per_second=2) as live:
-                while True:
-                    job.raise_if_failed()
-                    live.update(_view(job))
-                    # Not awaitTermination: Ctrl-C must land outside a call into the JVM.
-                    time.sleep(0.5)
-        except KeyboardInterrupt:
-            console.print("stopping…")
-        finally:
-            job.stop()
-            spark.stop()
+        with compose.wired(settings, console.status("starting Spark…")) as wiring:
+            job = compose.rules_job(wiring, control)
+            with compose.metrics_served(RulesMetrics(job.counters), settings.rules.metrics_host,
+                                        settings.rules.metrics_port, "WAYLINE_RULES__METRICS_PORT") as server:
+                console.print(f"running rules; control topic {settings.rules.control_topic}; metrics at {server.url}; "
+                              "Ctrl-C stops")
+                watch(job, lambda: _view(job), "rules job")
     finally:
-        if server is not None:
-            server.close()
         control.close()
-        engine.dispose()
 
 
 __all__ = ["rules_app", "watch_rules"]

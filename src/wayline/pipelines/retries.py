@@ -103,7 +103,7 @@ class ShardDrainer:
         shards = [shard for batch in batches for shard in batch.column("shard").to_pylist()]
         if not shards:
             return
-        engine = make_engine(self._settings)
+        engine = make_engine(self._settings.postgres_dsn())
         try:
             queue = RetryQueue(engine)
             tally = Tally()

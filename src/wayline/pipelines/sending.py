@@ -73,7 +73,7 @@ class PartitionSender:
         ]
         if not pendings:
             return
-        engine = make_engine(self._settings)
+        engine = make_engine(self._settings.postgres_dsn())
         try:
             tally = run_stage(
                 pendings, self._targets.value, PostgresDeliveryStore(engine), AiohttpTransport, self._stage,

@@ -15,14 +15,13 @@ from sqlalchemy.exc import OperationalError, ProgrammingError
 from sqlalchemy.orm import Session, sessionmaker
 
 from wayline.core.errors import ConfigError, RetryLater
-from wayline.core.settings import Settings
 from wayline.registry.snapshot import current_version
 
 MIGRATIONS = Path(__file__).with_name("migrations")
 
 
-def make_engine(settings: Settings) -> Engine:
-    dsn = settings.postgres_dsn()
+def make_engine(dsn: str) -> Engine:
+    """An engine for the PostgreSQL at ``dsn`` (``Settings.postgres_dsn()``), with psycopg 3."""
     if dsn.startswith("postgresql://"):
         dsn = "postgresql+psycopg://" + dsn.removeprefix("postgresql://")
     engine = create_engine(dsn, pool_size=5, max_overflow=10, pool_pre_ping=True)

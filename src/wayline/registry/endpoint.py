@@ -13,6 +13,7 @@ from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
 from wayline.core.errors import NotFound, RejectedInput
+from wayline.core.settings import Settings
 from wayline.registry.access import Caller, Page, owned, page, scoped
 from wayline.registry.ids import new_id
 from wayline.registry.models import Customer, Endpoint, SigningSecret
@@ -157,6 +158,16 @@ class EndpointService:
         self._allow_list = allow_list
         self._overlap = overlap
         self._resolver = resolver
+
+    @classmethod
+    def from_settings(cls, settings: Settings, resolver: Resolver = resolve) -> EndpointService:
+        """The service as the deployment configures it: its encryption keys and URL policy."""
+        return cls(
+            SecretBox.from_settings(settings),
+            list(settings.registry.url_allow_list),
+            timedelta(seconds=settings.registry.secret_overlap_s),
+            resolver,
+        )
 
     def _check_urls(self, url: str, auth: BaseModel) -> None:
         check_endpoint_url(url, self._allow_list, self._resolver)

@@ -22,7 +22,7 @@ from standardwebhooks import Webhook
 
 from tests.delivery.receivers import Receivers
 from tests.delivery.servers import Recorder
-from wayline.api.app import endpoint_service
+from wayline.registry.endpoint import EndpointService
 from wayline.delivery.attempt import Pending, WillRetry
 from wayline.delivery.circuit import CircuitSettings, CircuitState, process_breakers
 from wayline.delivery.storage.drain import EndpointHealth, RetryQueue, run_retry_stage
@@ -248,7 +248,7 @@ def test_a_drainer_that_dies_loses_nothing_and_a_stale_settle_changes_nothing(da
 def test_endpoints_failing_longer_than_the_limit_are_found_and_a_change_restarts_the_clock(
     database, api_settings, unique,
 ) -> None:
-    endpoints = endpoint_service(api_settings)
+    endpoints = EndpointService.from_settings(api_settings)
     with database.transaction() as session:
         owner = customer.create(session, ADMIN, customer.CustomerIn(name=f"Health {unique}"))
         # Nothing listens on the discard port: every attempt is refused.
