@@ -39,6 +39,7 @@ from standardwebhooks import Webhook
 from tests.delivery.receivers import Receivers
 from tests.delivery.servers import Received, Recorder
 from tests.delivery.test_auth import CLIENT_ID, CLIENT_SECRET, TokenServer
+from tests.waiting import wait_for
 from wayline.registry.endpoint import EndpointService
 from wayline.core.envelope import Reason
 from wayline.core.kafka import ensure_topics
@@ -250,14 +251,6 @@ class Scenario:
         for name, events, _ in self.batches(list(self.recorder.requests)):
             got[name] |= {e["id"] for e in events}
         return all(got[name] >= ids for name, ids in self.batched(act).items())
-
-
-def wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 120) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
 
 
 def rows_seen(metrics: DeliveryMetrics) -> int:

@@ -29,6 +29,7 @@ from sqlalchemy import select
 
 from tests.conftest import REPO
 from tests.delivery.receivers import Receivers
+from tests.waiting import wait_for
 from wayline.registry.endpoint import EndpointService
 from wayline.core.kafka import ensure_topics
 from wayline.core.settings import Settings
@@ -98,14 +99,6 @@ def start_job(settings: Settings, log: Path) -> subprocess.Popen[bytes]:
 def kill_hard(job: subprocess.Popen[bytes]) -> None:
     os.killpg(job.pid, signal.SIGKILL)
     job.wait(timeout=30)
-
-
-def wait_for(condition: object, what: str, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():  # type: ignore[operator]
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.5)
 
 
 @pytest.fixture(scope="module")

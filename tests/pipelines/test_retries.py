@@ -20,6 +20,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from datetime import UTC, datetime, timedelta
 
 import orjson
@@ -31,6 +32,7 @@ from standardwebhooks import Webhook
 
 from tests.delivery.receivers import Receivers
 from tests.delivery.servers import Recorder
+from tests import waiting
 from wayline.registry.endpoint import EndpointService
 from wayline.core.kafka import ensure_topics
 from wayline.core.settings import DeliverySettings, Settings
@@ -76,11 +78,8 @@ class Scenario:
         return {message_id(f"rty-{n}", self.subscription_ids[name]) for n in range(MESSAGES)}
 
 
-def wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 180) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.25)
+# The retry path's schedule and leases make its waits longer than the default.
+wait_for = partial(waiting.wait_for, timeout_s=180)
 
 
 @pytest.fixture(scope="module")

@@ -40,10 +40,9 @@ from pyspark import Broadcast
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
-from sqlalchemy.exc import OperationalError
 
 from wayline.core.envelope import BINARY_PREFIX
-from wayline.core.errors import RejectedInput, RetryLater
+from wayline.core.errors import RejectedInput
 from wayline.core.kafka import ensure_topics
 from wayline.core.settings import Settings
 from wayline.delivery.batch import DEFAULT_MAX_COUNT, DEFAULT_MAX_WAIT
@@ -231,14 +230,6 @@ def deliver_micro_batch(
     )
 
 
-def _registry_version(database: Database) -> int:
-    try:
-        return database.current_version()
-    except OperationalError as exc:
-        # A transient outage: the holder keeps the snapshot it has and polls again.
-        raise RetryLater(f"the registry database is unreachable: {exc.orig}") from exc
-
-
 def disable_gone(database: Database, subscription_ids: set[str]) -> None:
     """Disable the subscriptions whose endpoint answered 410 Gone (the version bump swaps them out)."""
     for subscription_id in sorted(subscription_ids):
@@ -315,7 +306,7 @@ def start_delivery(
     registry that cannot be read is an error here rather than in a query thread."""
     holder = SnapshotHolder(
         load=lambda: load_live_snapshot(spark, database, endpoints),
-        version=lambda: _registry_version(database),
+        version=database.current_version,
         poll_s=settings.delivery.version_poll_s,
         retire=lambda live: live.targets.unpersist(),
     )

@@ -36,9 +36,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.streaming import StreamingQuery
 
-from sqlalchemy.exc import OperationalError
 
-from wayline.core.errors import RejectedInput, RetryLater
+from wayline.core.errors import RejectedInput
 from wayline.core.kafka import ensure_topics
 from wayline.core.settings import Settings
 from wayline.delivery.storage.drain import Failing, RetryQueue, run_retry_stage
@@ -69,14 +68,6 @@ RETENTION_POLL_S = 600.0
 class LiveTargets:
     version: int
     targets: Broadcast[dict[str, Target]]
-
-
-def _registry_version(database: Database) -> int:
-    try:
-        return database.current_version()
-    except OperationalError as exc:
-        # A transient outage: the holder keeps the targets it has and polls again.
-        raise RetryLater(f"the registry database is unreachable: {exc.orig}") from exc
 
 
 def load_targets(spark: SparkSession, database: Database, endpoints: EndpointService) -> LiveTargets:
@@ -151,7 +142,7 @@ def start_retries(
     delivery = settings.delivery
     holder = SnapshotHolder(
         load=lambda: load_targets(spark, database, endpoints),
-        version=lambda: _registry_version(database),
+        version=database.current_version,
         poll_s=delivery.version_poll_s,
         retire=lambda live: live.targets.unpersist(),
     )

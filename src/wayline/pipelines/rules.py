@@ -418,6 +418,13 @@ class RulesJob:
         if self._query is not None:
             self._query.stop()
 
+    def runs(self, version: int) -> bool:
+        """Whether the running query applies rules version ``version`` (or a later one), with
+        every branch of the plan it needs: a change reaches the events produced after this."""
+        rules, query = self._rules, self._query
+        return (rules.version >= version and set(rules.key_specs) <= set(self._query_specs)
+                and query is not None and query.isActive)
+
     @property
     def isActive(self) -> bool:  # noqa: N802 - reads like StreamingQuery's
         """Running, through restarts on the checkpoint, until stopped or failed."""

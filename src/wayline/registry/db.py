@@ -71,8 +71,12 @@ class Database:
 
     def current_version(self) -> int:
         """The registry version: one indexed row, cheap enough to poll every few seconds."""
-        with self._sessions() as session:
-            return current_version(session)
+        try:
+            with self._sessions() as session:
+                return current_version(session)
+        except OperationalError as exc:
+            # A transient outage: a poller keeps what it has and asks again.
+            raise RetryLater(f"the registry database is unreachable: {exc.orig}") from exc
 
 
 __all__ = ["Database", "MIGRATIONS", "make_engine", "migrate"]

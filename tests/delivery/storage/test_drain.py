@@ -22,6 +22,7 @@ from standardwebhooks import Webhook
 
 from tests.delivery.receivers import Receivers
 from tests.delivery.servers import Recorder
+from tests.waiting import wait_for
 from wayline.registry.endpoint import EndpointService
 from wayline.delivery.attempt import Pending, WillRetry
 from wayline.delivery.circuit import CircuitSettings, CircuitState, process_breakers
@@ -83,6 +84,14 @@ def drain_until(queue: RetryQueue, targets: dict[str, Target], done: Callable[[]
         claims = queue.claim(0, 1, 1000, timedelta(seconds=30), datetime.now(UTC))
         run_retry_stage(claims, targets, queue, AiohttpTransport, stage)
         time.sleep(0.02)
+
+
+def falls_due(database, webhook_id: str) -> Callable[[], bool]:
+    """Whether the retry entry is due (its lease, if claimed, run out): what the drain query asks."""
+    def due() -> bool:
+        (entry,) = rows(database, RetryEntry, webhook_id=webhook_id)
+        return entry.due_at <= datetime.now(UTC)
+    return due
 
 
 def rows(database, model, **where) -> list:
@@ -225,14 +234,14 @@ def test_a_drainer_that_dies_loses_nothing_and_a_stale_settle_changes_nothing(da
         targets = {endpoint: target(endpoint, f"{base}/crash")}
         message = pending(endpoint, f"{unique}-crash")
         run_stage([message], targets, store, AiohttpTransport, STAGE)
-        time.sleep(SCHEDULE[1].total_seconds())
+        wait_for(falls_due(database, message.webhook_id), "the retry to fall due", 10, every_s=0.05)
 
         def mine(claims):
             return [c for c in claims if c.pending.webhook_id == message.webhook_id]
 
         (died,) = mine(queue.claim(0, 1, 1000, lease, datetime.now(UTC)))  # …and its drainer died here
         assert mine(queue.claim(0, 1, 1000, lease, datetime.now(UTC))) == [], "leased: nobody else takes it"
-        time.sleep(lease.total_seconds())
+        wait_for(falls_due(database, message.webhook_id), "the lease to run out", 10, every_s=0.05)
         (again,) = mine(queue.claim(0, 1, 1000, lease, datetime.now(UTC)))
         assert again.pending.attempts == died.pending.attempts == 1
         tally = run_retry_stage([again], targets, queue, AiohttpTransport, STAGE)
