@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -95,32 +96,42 @@ def api_settings(settings: Settings) -> Settings:
     })
 
 
-@pytest.fixture(scope="session")
-def admin_api(api_settings: Settings, database) -> Iterator[str]:
-    """The admin API served by uvicorn on 127.0.0.1 for the whole session; yields its base URL."""
+@contextmanager
+def served(app: object) -> Iterator[str]:
+    """``app`` served by uvicorn on 127.0.0.1 until the block ends; yields its base URL."""
     import threading
-    import time
 
     import httpx
     import uvicorn
 
-    from wayline.api.app import create_app
+    from tests.waiting import wait_for
     from wayline.stack.process import free_port
 
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(
-        create_app(api_settings, database), host="127.0.0.1", port=port, log_level="warning",
-    ))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, name="admin-api", daemon=True)
     thread.start()
     base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
+
+    def answers() -> bool:
         try:
-            if httpx.get(f"{base}/health").status_code == 200:
-                break
+            httpx.get(f"{base}/health")
         except httpx.TransportError:
-            time.sleep(0.1)
-    yield base
-    server.should_exit = True
-    thread.join(timeout=10)
+            return False
+        return True
+
+    try:
+        wait_for(answers, "the admin API to answer", timeout_s=30, every_s=0.1)
+        yield base
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def admin_api(api_settings: Settings, database) -> Iterator[str]:
+    """The admin API served by uvicorn on 127.0.0.1 for the whole session; yields its base URL."""
+    from wayline.api.app import create_app
+
+    with served(create_app(api_settings, database)) as base:
+        yield base

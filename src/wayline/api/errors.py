@@ -6,7 +6,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
-from wayline.core.errors import Conflict, Forbidden, NotFound, RejectedInput, Unauthorized
+from wayline.core.errors import Conflict, Forbidden, NotFound, RejectedInput, RetryLater, Unauthorized
 
 STATUS = {Unauthorized: 401, Forbidden: 403, NotFound: 404, Conflict: 409}
 CODES = {Unauthorized: "unauthorized", Forbidden: "forbidden", NotFound: "not_found", Conflict: "conflict"}
@@ -23,6 +23,11 @@ def install(app: FastAPI) -> None:
         status = STATUS.get(kind, 422) if kind else 422
         headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
         return JSONResponse(error_body(CODES.get(kind, "invalid") if kind else "invalid", str(exc)), status, headers=headers)
+
+    @app.exception_handler(RetryLater)
+    async def unavailable(_request: Request, exc: RetryLater) -> JSONResponse:
+        # Transient (the registry database is unreachable): the same request may succeed later.
+        return JSONResponse(error_body("unavailable", str(exc)), 503)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
