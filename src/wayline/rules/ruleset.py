@@ -9,29 +9,15 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any
 
 from wayline.core.errors import WaylineError
 from wayline.rules.engine import ActiveRule
 from wayline.rules.rule import compile_rule, parse_key
 
 log = logging.getLogger(__name__)
-
-
-class RuleRow(Protocol):
-    """A deployed rule as the registry stores it (``wayline.registry.models.Rule``)."""
-
-    id: str
-    revision: int
-    name: str
-    sql: str
-    partition_key: Sequence[str]
-    output_topic: str
-    output_type: str
-    state_budget: int
-    time_budget_ms: int
 
 
 @dataclass(frozen=True)
@@ -54,8 +40,9 @@ class RuleSet:
 _compiled: dict[tuple[str, int], ActiveRule] = {}
 
 
-def active_rule(row: RuleRow) -> ActiveRule:
-    """The registry row compiled for running; compiled once per (id, revision) per process."""
+def active_rule(row: Any) -> ActiveRule:
+    """The registry row (``wayline.registry.models.Rule``, a layer above) compiled for running;
+    compiled once per (id, revision) per process."""
     cached = _compiled.get((row.id, row.revision))
     if cached is None:
         key = tuple(parse_key(text) for text in row.partition_key)
@@ -68,7 +55,7 @@ def active_rule(row: RuleRow) -> ActiveRule:
     return cached
 
 
-def rule_set(version: int, rows: Iterable[RuleRow]) -> RuleSet:
+def rule_set(version: int, rows: Iterable[Any]) -> RuleSet:
     """The rows that compile, as the rule set of ``version``."""
     rules = []
     for row in rows:
@@ -99,4 +86,4 @@ class RuleSets:
             return known
 
 
-__all__ = ["RuleRow", "RuleSet", "RuleSets", "active_rule", "rule_set"]
+__all__ = ["RuleSet", "RuleSets", "active_rule", "rule_set"]
