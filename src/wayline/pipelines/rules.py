@@ -418,12 +418,11 @@ class RulesJob:
         if self._query is not None:
             self._query.stop()
 
-    def runs(self, version: int) -> bool:
-        """Whether the running query applies rules version ``version`` (or a later one), with
-        every branch of the plan it needs: a change reaches the events produced after this."""
-        rules, query = self._rules, self._query
-        return (rules.version >= version and set(rules.key_specs) <= set(self._query_specs)
-                and query is not None and query.isActive)
+    def rereads_registry(self) -> bool:
+        """Whether the next micro-batch reads the rules version again before its events (the
+        registry is read at most every ``rules.version_poll_s``, and only when a batch runs):
+        a rule change made before then applies to the events of that batch."""
+        return time.monotonic() - self._checked_at >= self._settings.rules.version_poll_s
 
     @property
     def isActive(self) -> bool:  # noqa: N802 - reads like StreamingQuery's
