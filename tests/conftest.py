@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -96,42 +95,29 @@ def api_settings(settings: Settings) -> Settings:
     })
 
 
-@contextmanager
-def served(app: object) -> Iterator[str]:
-    """``app`` served by uvicorn on 127.0.0.1 until the block ends; yields its base URL."""
-    import threading
-
-    import httpx
-    import uvicorn
-
-    from tests.waiting import wait_for
-    from wayline.stack.process import free_port
-
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, name="admin-api", daemon=True)
-    thread.start()
-    base = f"http://127.0.0.1:{port}"
-
-    def answers() -> bool:
-        try:
-            httpx.get(f"{base}/health")
-        except httpx.TransportError:
-            return False
-        return True
-
-    try:
-        wait_for(answers, "the admin API to answer", timeout_s=30, every_s=0.1)
-        yield base
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
-
-
 @pytest.fixture(scope="session")
 def admin_api(api_settings: Settings, database) -> Iterator[str]:
     """The admin API served by uvicorn on 127.0.0.1 for the whole session; yields its base URL."""
+    from tests.api.servers import served
     from wayline.api.app import create_app
 
     with served(create_app(api_settings, database)) as base:
+        yield base
+
+
+def messaging_app(settings: Settings, database, **messaging: object):
+    """A messaging API app with some `messaging.*` settings changed."""
+    from wayline.api.messaging import create_messaging_app
+
+    changed = settings.model_copy(update={"messaging": settings.messaging.model_copy(update=messaging)})
+    return create_messaging_app(changed, database)
+
+
+@pytest.fixture(scope="session")
+def messaging_api(settings: Settings, database) -> Iterator[str]:
+    """The messaging API served on 127.0.0.1 for the whole session; yields its base URL."""
+    from tests.api.servers import served
+
+    # Keys and grants re-read on every request: tests change grants and expect them to count at once.
+    with served(messaging_app(settings, database, instance_id="tests", auth_cache_s=0)) as base:
         yield base

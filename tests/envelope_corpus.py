@@ -4,6 +4,7 @@ parser are both held to it (tests/core/test_envelope.py, tests/pipelines/test_en
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 import orjson
 
@@ -26,7 +27,21 @@ class Case:
     reason: str | None  # None: a valid event
     detail: str = ""
     headers: tuple[tuple[str, bytes], ...] = ()
+    time: datetime | None = None  # the instant a valid event's `time` names
 
+
+BAD_TIME = "time is not an RFC 3339 timestamp"
+
+
+def bad_time(name: str, time: object) -> Case:
+    return Case(f"bad time: {name}", event(time=time), "bad_time", BAD_TIME)
+
+
+def good_time(name: str, time: str, instant: datetime) -> Case:
+    return Case(f"time: {name}", event(time=time), None, time=instant)
+
+
+T = datetime(2026, 11, 22, 7, tzinfo=UTC)
 
 BINARY_HEADERS = (
     ("ce_specversion", b"1.0"), ("ce_id", b"evt-b"), ("ce_source", b"/crm"),
@@ -35,7 +50,8 @@ BINARY_HEADERS = (
 
 CASES = [
     Case("structured", event(), None),
-    Case("with subject, time, subtenant", event(subject="inv/1", time="2026-11-22T07:00:00Z", subtenantid="d-200"), None),
+    Case("with subject, time, subtenant", event(subject="inv/1", time="2026-11-22T07:00:00Z", subtenantid="d-200"), None,
+         time=T),
     Case("numeric id read as text", event(id=5), None),
     Case("binary mode", b'{"name":"Ada"}', None, headers=BINARY_HEADERS),
     Case("tombstone", None, "empty", "the record has no value"),
@@ -52,7 +68,30 @@ CASES = [
          "missing CloudEvents attribute(s): specversion, id, source, type"),
     Case("bad specversion", event(specversion="0.3"), "bad_specversion", "specversion must be 1.0"),
     Case("missing tenant", event(tenantid=None), "missing_tenant", "the tenantid extension attribute is missing"),
-    Case("bad time", event(time="yesterday"), "bad_time", "time is not an RFC 3339 timestamp"),
+    Case("bad time", event(time="yesterday"), "bad_time", BAD_TIME),
+    # Where the two parsers used to disagree: each rule below is TIME_PATTERN's, not a parser's.
+    bad_time("a year alone", "2025"),  # Spark cast it to 2025-01-01
+    bad_time("a year as a JSON number", 2025),
+    bad_time("a date alone", "2025-01-01"),
+    bad_time("no offset", "2026-11-22T07:00:00"),  # Python assumed UTC, Spark the session's zone
+    bad_time("no seconds", "2026-11-22T07:00Z"),  # Python took it
+    bad_time("a space for T", "2026-11-22 07:00:00Z"),
+    bad_time("an offset without colon", "2026-11-22T07:00:00+0100"),
+    bad_time("an hour-only offset", "2026-11-22T07:00:00+01"),
+    bad_time("a trailing newline", "2026-11-22T07:00:00Z\n"),  # Spark trimmed it
+    bad_time("a leading space", " 2026-11-22T07:00:00Z"),
+    bad_time("an empty fraction", "2026-11-22T07:00:00.Z"),
+    bad_time("an offset past 18:00", "2026-11-22T07:00:00+23:59"),  # Python took it, the JVM cannot
+    bad_time("30 February", "2026-02-30T07:00:00Z"),
+    bad_time("hour 24", "2026-11-22T24:00:00Z"),
+    bad_time("a leap second", "2026-12-31T23:59:60Z"),
+    bad_time("Unicode digits", "\u0662026-11-22T07:00:00Z"),
+    good_time("lower-case t and z, nanoseconds", "2026-11-22t07:00:00.123456789z",
+              T.replace(microsecond=123456)),  # Spark refused the case; both keep microseconds
+    good_time("an offset", "2026-11-22T08:30:00+01:30", T),
+    good_time("offset -00:00", "2026-11-22T07:00:00-00:00", T),
+    good_time("offset +18:00", "2026-11-23T01:00:00+18:00", T),
+    Case("binary mode, bad time", b"{}", "bad_time", BAD_TIME, headers=(*BINARY_HEADERS, ("ce_time", b"2025"))),
     Case("binary mode, data not json", b"plain text", "not_json", "the value is not valid JSON", headers=BINARY_HEADERS),
     Case("binary mode, no tenant", b"{}", "missing_tenant", "the tenantid extension attribute is missing",
          headers=BINARY_HEADERS[:4]),

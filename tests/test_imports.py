@@ -20,20 +20,22 @@ import pytest
 import wayline
 
 # The packages are the layers; a module may import from its own layer and those below.
-# ``pipelines`` (Spark wiring) and ``stack`` (local processes) sit side by side and never
-# import each other; ``compose`` wires jobs for the commands and the services above it.
+# Side by side, never importing each other: ``delivery`` and ``messaging`` (the two services
+# over the registry), ``pipelines`` (Spark wiring) and ``stack`` (local processes);
+# ``compose`` wires jobs for the commands and the services above it.
 LAYERS = {
     "core": 0,
     "rules": 1,
     "registry": 2,
     "delivery": 3,
+    "messaging": 3,
     "pipelines": 4,
     "stack": 4,
     "api": 5,
     "compose": 6,
     "cli": 7,
 }
-PEERS_APART = {frozenset({"pipelines", "stack"})}
+PEERS_APART = {frozenset({"pipelines", "stack"}), frozenset({"delivery", "messaging"})}
 # The delivery modules that talk to the world; the rest are its pure core.
 DELIVERY_EDGES = ("wayline.delivery.storage", "wayline.delivery.http_client", "wayline.delivery.operations",
                   "wayline.delivery.metrics")

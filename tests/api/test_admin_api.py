@@ -175,11 +175,17 @@ def test_customer_keys_see_only_their_own(admin, make_customer, catalog) -> None
 
 @pytest.mark.parametrize("url, problem", [
     ("ftp://example.com/x", "scheme must be http or https"),
-    ("http://10.1.2.3/hook", "private, loopback or link-local"),
-    ("http://169.254.169.254/latest/meta-data", "private, loopback or link-local"),
-    ("http://[::1]:8080/hook", "private, loopback or link-local"),
-    ("http://192.168.0.10/hook", "private, loopback or link-local"),
+    ("http://10.1.2.3/hook", "not a public address (private)"),
+    ("http://169.254.169.254/latest/meta-data", "not a public address (link-local)"),
+    ("http://[::1]:8080/hook", "not a public address (loopback)"),
+    ("http://192.168.0.10/hook", "not a public address (private)"),
+    # NAT64 and 6to4 forms of loopback, which Python calls global; 127.0.0.1/32 admits neither.
+    ("http://[64:ff9b::7f00:1]/hook", "(loopback: it embeds 127.0.0.1)"),
+    ("http://[2002:7f00:1::]/hook", "(loopback: it embeds 127.0.0.1)"),
+    ("http://[ff02::1]/hook", "(multicast)"),
     ("http://user:pw@example.com/hook", "credentials in the URL"),
+    ("http://127.0.0.1:9/hook\r\nX-Injected: 1", "control character '\\r'"),
+    ("http://127.0.0.1:9/a\tb", "control character '\\t'"),
 ])
 def test_endpoint_urls_that_reach_inside_are_refused(admin, url, problem) -> None:
     customer = admin.post("/customers", json={"name": "ssrf"}).json()
@@ -241,3 +247,32 @@ def test_signing_secret_rotation_keeps_the_old_secret_for_the_overlap(admin, mak
     assert old["secret"] == given and old["expires_at"] is not None
     bad = customer_api.post(f"/endpoints/{ep['id']}/secrets/rotate", json={"secret": "plain"})
     assert error(bad)[:2] == (422, "invalid") and "whsec_" in error(bad)[2]
+
+
+def test_a_subscription_disabled_by_410_shows_why_on_itself_and_its_endpoint(admin, make_customer, catalog,
+                                                                            database) -> None:
+    from wayline.pipelines.delivery import GONE_REASON, disable_gone
+
+    _, client = make_customer(["t-a"])
+    endpoint = client.post("/endpoints", json={"url": RECEIVER}).json()
+    sub = client.post("/subscriptions", json={"endpoint_id": endpoint["id"], "event_types": ["order.paid"],
+                                              "tenant_scope": "tenants", "tenants": ["t-a"]}).json()
+    assert (sub["disabled_reason"], sub["disabled_at"]) == (None, None)
+    assert client.get(f"/endpoints/{endpoint['id']}").json()["disabled_subscriptions"] == []
+
+    disable_gone(database, {sub["id"]})  # what the delivery job does after a 410 Gone
+
+    gone = client.get(f"/subscriptions/{sub['id']}").json()
+    assert (gone["enabled"], gone["disabled_reason"]) == (False, GONE_REASON) and gone["disabled_at"]
+    shown = client.get(f"/endpoints/{endpoint['id']}").json()
+    assert shown["enabled"] is True
+    assert shown["disabled_subscriptions"] == [
+        {"id": sub["id"], "disabled_reason": GONE_REASON, "disabled_at": gone["disabled_at"]}]
+    listed = [e for e in client.get("/endpoints").json()["data"] if e["id"] == endpoint["id"]]
+    assert listed[0]["disabled_subscriptions"][0]["disabled_reason"] == GONE_REASON
+
+    again = client.patch(f"/subscriptions/{sub['id']}", json={"enabled": True}).json()
+    assert (again["enabled"], again["disabled_reason"], again["disabled_at"]) == (True, None, None)
+    assert client.get(f"/endpoints/{endpoint['id']}").json()["disabled_subscriptions"] == []
+    paused = client.patch(f"/subscriptions/{sub['id']}", json={"enabled": False}).json()
+    assert paused["disabled_reason"] == "disabled by the customer"

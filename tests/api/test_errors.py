@@ -1,25 +1,34 @@
-"""Error answers of the admin API that no well-formed registry produces: the database gone."""
+"""Errors outside the registry's own: a registry database that cannot be reached is a 503."""
 
 from __future__ import annotations
 
 import httpx
+import pytest
+from sqlalchemy import create_engine
 
-from tests.conftest import served
+from tests.api.servers import served
 from wayline.api.app import create_app
-from wayline.core.settings import Settings
-from wayline.registry.db import Database, make_engine
+from wayline.registry.db import Database
 from wayline.stack.process import free_port
 
+pytestmark = pytest.mark.integration
 
-def test_an_unreachable_registry_database_is_a_503_in_the_error_shape(base_settings: Settings) -> None:
-    # Nothing listens on this port: every registry call fails to connect.
-    engine = make_engine(f"postgresql://wayline@127.0.0.1:{free_port()}/wayline")
-    try:
-        with served(create_app(base_settings, Database(engine))) as base:
-            answer = httpx.get(f"{base}/health", timeout=30)
-    finally:
-        engine.dispose()
-    assert answer.status_code == 503, answer.text
-    error = answer.json()["error"]
+
+@pytest.fixture
+def api_without_database(base_settings):
+    """The admin API over real HTTP, its registry a real PostgreSQL client aimed where nothing listens."""
+    engine = create_engine(f"postgresql+psycopg://wayline@127.0.0.1:{free_port()}/wayline",
+                           connect_args={"connect_timeout": 2})
+    with served(create_app(base_settings, Database(engine)), health="/openapi.json") as base:
+        yield base
+    engine.dispose()
+
+
+@pytest.mark.parametrize("path", ["/customers", "/health"])
+def test_an_unreachable_registry_answers_503_with_the_error_shape(api_without_database, path: str) -> None:
+    response = httpx.get(f"{api_without_database}{path}", headers={"Authorization": "Bearer wl_key_x_y"}, timeout=30)
+    assert (response.status_code, response.headers["Retry-After"]) == (503, "5")
+    error = response.json()["error"]
     assert error["code"] == "unavailable"
-    assert "unreachable" in error["message"]
+    assert error["message"].startswith("the registry database is unreachable")
+    assert error["message"].endswith("try again shortly")

@@ -55,9 +55,21 @@ def test_operator_walkthrough(wayline) -> None:
 
 def test_errors_are_one_readable_line(wayline) -> None:
     customer = first(r"cus_[a-z0-9]+", wayline("customers", "create", "Err Co"))
-    assert "private, loopback or link-local" in wayline("endpoints", "create", "http://10.0.0.1/x", "--customer", customer, ok=False)
+    assert "not a public address (private)" in wayline("endpoints", "create", "http://10.0.0.1/x", "--customer", customer, ok=False)
     endpoint = first(r"ep_[a-z0-9]+", wayline("endpoints", "create", "http://127.0.0.1:9/e", "--customer", customer))
     out = wayline("subscriptions", "create", "--endpoint", endpoint, "--type", "no.such.type", ok=False)
     assert "error: event_types: unknown event type(s) no.such.type" in out and "Traceback" not in out
     out = wayline("subscriptions", "create", "--endpoint", endpoint, "--type", "x", "--filter", "{nope", ok=False)
     assert "--filter is not JSON" in out
+
+
+def test_a_subscription_disabled_by_410_shows_why_in_the_listings(wayline, database) -> None:
+    from wayline.pipelines.delivery import GONE_REASON, disable_gone
+
+    wayline("event-types", "add", "cli.gone")
+    customer = first(r"cus_[a-z0-9]+", wayline("customers", "create", "Gone Co"))
+    endpoint = first(r"ep_[a-z0-9]+", wayline("endpoints", "create", "http://127.0.0.1:9/gone", "--customer", customer))
+    sub = first(r"sub_[a-z0-9]+", wayline("subscriptions", "create", "--endpoint", endpoint, "--type", "cli.gone"))
+    disable_gone(database, {sub})
+    assert GONE_REASON in wayline("subscriptions", "list", "--endpoint", endpoint)
+    assert f"{sub}: {GONE_REASON} at " in wayline("endpoints", "show", endpoint)

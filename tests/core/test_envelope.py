@@ -11,6 +11,7 @@ def test_each_record_gets_its_verdict(case: Case) -> None:
     verdict = parse_record(case.value, case.headers, max_bytes=MAX_BYTES)
     if case.reason is None:
         assert isinstance(verdict, Envelope), verdict
+        assert verdict.time == case.time
     else:
         assert verdict == Rejection(reason=case.reason, detail=expected_detail(case))
 

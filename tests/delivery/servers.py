@@ -9,7 +9,14 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
+from wayline.delivery.http_client import transport_for
+
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+# The delivery transport refuses loopback addresses unless the operator allows them;
+# these servers listen on 127.0.0.1, so the tests' transports allow exactly that.
+loopback_transport = transport_for(["127.0.0.1/32"])
 
 
 @dataclass(frozen=True)

@@ -7,11 +7,10 @@ from urllib.parse import unquote_plus
 import pytest
 from aiohttp import web
 
-from tests.delivery.servers import Recorder, serve
+from tests.delivery.servers import Recorder, loopback_transport, serve
 from wayline.core.errors import RejectedInput, RetryLater
 from wayline.delivery.auth import BasicAuth, BearerAuth, ClientCredentials, OAuth2ClientCredentials, TokenError
 from wayline.delivery.dispatch import Dispatcher
-from wayline.delivery.http_client import AiohttpTransport
 from wayline.delivery.transport import Endpoint, Request, Response
 
 CLIENT_ID = "wayline client:1"  # a space and a colon: both must survive form-encoding
@@ -74,7 +73,7 @@ def test_one_token_serves_many_requests_until_shortly_before_it_expires() -> Non
         return web.Response(status=200)
 
     async def scenario() -> None:
-        async with serve({"/token": tokens.token, "/hook": hook}) as base, AiohttpTransport() as http:
+        async with serve({"/token": tokens.token, "/hook": hook}) as base, loopback_transport() as http:
             auth = OAuth2ClientCredentials(credentials(base, refresh_margin_s=30), http, clock)
             endpoint = Endpoint("ep_1", f"{base}/hook", auth=auth)
             dispatcher = Dispatcher(http)
@@ -100,7 +99,7 @@ def test_a_token_without_expires_in_gets_the_default_lifetime() -> None:
     clock = Clock()
 
     async def scenario() -> None:
-        async with serve({"/token": tokens.token}) as base, AiohttpTransport() as http:
+        async with serve({"/token": tokens.token}) as base, loopback_transport() as http:
             auth = OAuth2ClientCredentials(credentials(base, default_lifetime_s=100, refresh_margin_s=10), http, clock)
             assert await auth.token() == "tok-1"
             clock.now = 89
@@ -117,7 +116,7 @@ def test_a_refused_fetch_fails_fast_for_a_while_then_tries_again() -> None:
     clock = Clock()
 
     async def scenario() -> None:
-        async with serve({"/token": tokens.token}) as base, AiohttpTransport() as http:
+        async with serve({"/token": tokens.token}) as base, loopback_transport() as http:
             auth = OAuth2ClientCredentials(credentials(base, fetch_backoff_s=5), http, clock)
             with pytest.raises(TokenError, match=r"refused the client credentials \(401\): unknown client"):
                 await auth.headers()
@@ -147,7 +146,7 @@ def test_unusable_token_answers_are_token_errors(answer: bytes, status: int, mes
         return web.Response(status=status, body=answer, content_type="application/json")
 
     async def scenario() -> None:
-        async with serve({"/token": token}) as base, AiohttpTransport() as http:
+        async with serve({"/token": token}) as base, loopback_transport() as http:
             with pytest.raises(TokenError, match=message):
                 await OAuth2ClientCredentials(credentials(base), http).token()
 
@@ -156,7 +155,7 @@ def test_unusable_token_answers_are_token_errors(answer: bytes, status: int, mes
 
 def test_an_unreachable_token_server_is_a_token_error() -> None:
     async def scenario() -> None:
-        async with AiohttpTransport() as http:
+        async with loopback_transport() as http:
             auth = OAuth2ClientCredentials(credentials("http://127.0.0.1:1"), http)
             with pytest.raises(TokenError, match="token endpoint"):
                 await auth.token()

@@ -10,14 +10,13 @@ import pytest
 from aiohttp import web
 from standardwebhooks import Webhook
 
-from tests.delivery.servers import Recorder, serve
+from tests.delivery.servers import Recorder, loopback_transport, serve
 from wayline.core.errors import RetryLater
 from wayline.delivery.attempt import Pending, WillRetry, settle
 from wayline.delivery.auth import BasicAuth
 from wayline.delivery.batch import Batcher, BatchItem, BatchKey, BatchLimits
 from wayline.delivery.circuit import CircuitBreakers, CircuitSettings, CircuitState
 from wayline.delivery.dispatch import Dispatcher, TokenBucket
-from wayline.delivery.http_client import AiohttpTransport
 from wayline.delivery.memory import MemoryTransport
 from wayline.core.secret import Secret
 from wayline.delivery.transport import Endpoint, EndpointLimits, Failure, FailureKind, Request, Response
@@ -52,7 +51,7 @@ def test_a_hanging_endpoint_is_cut_at_the_deadline_while_the_fast_one_is_served(
         return web.Response(status=200)
 
     async def scenario() -> None:
-        async with serve({"/fast": fast, "/slow": hangs}) as base, AiohttpTransport() as http:
+        async with serve({"/fast": fast, "/slow": hangs}) as base, loopback_transport() as http:
             quick = Endpoint("ep_fast", f"{base}/fast")
             stuck = Endpoint("ep_slow", f"{base}/slow", timeout_s=30)
             # The hanging endpoint's requests come first and outnumber its in-flight slots.
@@ -77,7 +76,7 @@ def test_a_hanging_endpoint_is_cut_at_the_deadline_while_the_fast_one_is_served(
 
 def test_cancelling_the_caller_leaves_no_send_behind() -> None:
     async def scenario() -> None:
-        async with serve({"/slow": hangs}) as base, AiohttpTransport() as http:
+        async with serve({"/slow": hangs}) as base, loopback_transport() as http:
             endpoint = Endpoint("ep_slow", f"{base}/slow")
             group = Dispatcher(http).deliver_all([request(endpoint, n) for n in range(5)], deadline_s=30)
             with pytest.raises(TimeoutError):
@@ -89,7 +88,7 @@ def test_cancelling_the_caller_leaves_no_send_behind() -> None:
 
 def test_a_group_that_finishes_early_does_not_wait_for_the_deadline() -> None:
     async def scenario() -> None:
-        async with serve({"/hook": ok}) as base, AiohttpTransport() as http:
+        async with serve({"/hook": ok}) as base, loopback_transport() as http:
             endpoint = Endpoint("ep_1", f"{base}/hook")
             started = time.monotonic()
             results = await Dispatcher(http).deliver_all([request(endpoint, n) for n in range(50)], deadline_s=30)
@@ -112,7 +111,7 @@ def test_an_endpoint_never_has_more_than_its_in_flight_limit_and_a_new_limit_app
         return web.Response(status=200)
 
     async def scenario() -> None:
-        async with serve({"/hook": counts}) as base, AiohttpTransport() as http:
+        async with serve({"/hook": counts}) as base, loopback_transport() as http:
             dispatcher = Dispatcher(http)
             for limit in (3, 6):
                 peaks.append(0)
@@ -132,7 +131,7 @@ def test_an_endpoint_rate_limit_spaces_its_requests() -> None:
         return web.Response(status=200)
 
     async def scenario() -> None:
-        async with serve({"/hook": hook}) as base, AiohttpTransport() as http:
+        async with serve({"/hook": hook}) as base, loopback_transport() as http:
             limits = EndpointLimits(max_in_flight=10, rate_per_s=20, burst=2)
             endpoint = Endpoint("ep_1", f"{base}/hook", limits=limits)
             await Dispatcher(http).deliver_all([request(endpoint, n) for n in range(8)], deadline_s=10)
@@ -158,7 +157,7 @@ def test_the_circuit_opens_on_a_failing_endpoint_and_a_probe_closes_it() -> None
 
     async def scenario() -> None:
         nonlocal healthy
-        async with serve({"/hook": flaky}) as base, AiohttpTransport() as http:
+        async with serve({"/hook": flaky}) as base, loopback_transport() as http:
             dispatcher = Dispatcher(http, breakers)
             endpoint = Endpoint("ep_1", f"{base}/hook")
             for n in range(3):
@@ -186,7 +185,7 @@ def test_requests_cut_in_flight_count_as_failures_for_the_circuit() -> None:
     breakers = CircuitBreakers(CircuitSettings(consecutive_failures=2))
 
     async def scenario() -> None:
-        async with serve({"/slow": hangs}) as base, AiohttpTransport() as http:
+        async with serve({"/slow": hangs}) as base, loopback_transport() as http:
             endpoint = Endpoint("ep_slow", f"{base}/slow", limits=EndpointLimits(max_in_flight=2))
             await Dispatcher(http, breakers).deliver_all([request(endpoint, n) for n in range(2)], deadline_s=0.3)
 
@@ -206,7 +205,7 @@ def test_credentials_that_cannot_be_had_fail_the_request_unsent() -> None:
         return web.Response(status=200)
 
     async def scenario() -> None:
-        async with serve({"/hook": hook}) as base, AiohttpTransport() as http:
+        async with serve({"/hook": hook}) as base, loopback_transport() as http:
             endpoint = Endpoint("ep_1", f"{base}/hook", auth=Unavailable())
             [result] = await Dispatcher(http).deliver_all([request(endpoint)], deadline_s=5)
         assert isinstance(result, Failure) and result.kind is FailureKind.AUTH
@@ -223,7 +222,7 @@ def test_a_429_with_retry_after_schedules_the_retry_when_asked() -> None:
     async def scenario() -> None:
         now = datetime.now(UTC)
         pending = Pending.single("e1", b'{"id":"e1"}', subscription_id="sub_1", endpoint_id="ep_1", now=now)
-        async with serve({"/hook": busy}) as base, AiohttpTransport() as http:
+        async with serve({"/hook": busy}) as base, loopback_transport() as http:
             endpoint = Endpoint("ep_1", f"{base}/hook")
             [result] = await Dispatcher(http).deliver_all([pending.request(endpoint, [Secret.generate()], now)], 5)
         state = settle(pending, result, now, random.Random(1))
@@ -255,7 +254,7 @@ def test_single_and_batch_deliveries_arrive_signed_and_authenticated() -> None:
             Pending.single("e4", events[4], subscription_id="sub_s", endpoint_id="ep_1", now=now),
             Pending.batch(batch, endpoint_id="ep_1", now=now),
         ]
-        async with serve({"/hook": hook}) as base, AiohttpTransport() as http:
+        async with serve({"/hook": hook}) as base, loopback_transport() as http:
             endpoint = Endpoint("ep_1", f"{base}/hook", auth=BasicAuth("wayline", "s3cret"))
             requests = [d.request(endpoint, [secret], now) for d in deliveries]
             results = await Dispatcher(http).deliver_all(requests, deadline_s=5)

@@ -6,9 +6,10 @@ import socket
 import pytest
 from aiohttp import web
 
-from tests.delivery.servers import Recorder, serve
-from wayline.delivery.http_client import AiohttpTransport, HttpSettings
+from tests.delivery.servers import Recorder, loopback_transport, serve
+from wayline.delivery.http_client import AiohttpTransport, HttpSettings, transport_for
 from wayline.delivery.transport import Endpoint, Failure, FailureKind, Request, Response
+from wayline.registry.urls import AddressPolicy
 
 
 def post(url: str, body: bytes = b"{}", timeout_s: float = 5.0) -> Request:
@@ -23,7 +24,7 @@ def test_a_response_comes_back_with_lower_case_headers_and_a_capped_body() -> No
         return web.Response(status=202, body=b"x" * 10_000, headers={"X-Receipt": "r1"})
 
     async def scenario() -> None:
-        async with serve({"/hook": hook}) as base, AiohttpTransport(HttpSettings(max_response_bytes=1000)) as http:
+        async with serve({"/hook": hook}) as base, AiohttpTransport(HttpSettings(max_response_bytes=1000, allowed=AddressPolicy.of(["127.0.0.1"]))) as http:
             result = await http.send(post(f"{base}/hook", b'{"a":1}'))
         assert isinstance(result, Response)
         assert (result.status, result.ok, result.headers["x-receipt"], len(result.body)) == (202, True, "r1", 1000)
@@ -43,7 +44,7 @@ def test_connections_are_kept_alive_and_reused() -> None:
         return web.Response(status=200)
 
     async def scenario() -> None:
-        async with serve({"/hook": hook}) as base, AiohttpTransport() as http:
+        async with serve({"/hook": hook}) as base, loopback_transport() as http:
             for _ in range(5):
                 assert isinstance(await http.send(post(f"{base}/hook")), Response)
 
@@ -56,7 +57,7 @@ def test_redirects_are_not_followed() -> None:
         raise web.HTTPFound("/elsewhere")
 
     async def scenario() -> None:
-        async with serve({"/hook": moved}) as base, AiohttpTransport() as http:
+        async with serve({"/hook": moved}) as base, loopback_transport() as http:
             result = await http.send(post(f"{base}/hook"))
         assert isinstance(result, Response) and result.status == 302
 
@@ -76,7 +77,7 @@ def test_cookies_from_one_endpoint_never_reach_another() -> None:
         return web.Response(status=200)
 
     async def scenario() -> None:
-        async with serve({"/a": sets_cookie, "/b": hook}) as base, AiohttpTransport() as http:
+        async with serve({"/a": sets_cookie, "/b": hook}) as base, loopback_transport() as http:
             await http.send(post(f"{base}/a"))
             await http.send(post(f"{base}/b"))
 
@@ -90,7 +91,7 @@ def test_a_slow_endpoint_times_out_at_its_own_timeout() -> None:
         return web.Response(status=200)
 
     async def scenario() -> None:
-        async with serve({"/hook": hangs}) as base, AiohttpTransport() as http:
+        async with serve({"/hook": hangs}) as base, loopback_transport() as http:
             result = await http.send(post(f"{base}/hook", timeout_s=0.2))
         assert isinstance(result, Failure) and result.kind is FailureKind.TIMEOUT
         assert 0.2 <= result.elapsed_s < 2
@@ -114,7 +115,7 @@ def free_port() -> int:
 )
 def test_network_problems_come_back_as_failures(url: str, kind: FailureKind) -> None:
     async def scenario() -> None:
-        async with AiohttpTransport() as http:
+        async with loopback_transport() as http:
             result = await http.send(post(url))
         assert isinstance(result, Failure) and result.kind is kind and result.detail
 
@@ -124,3 +125,85 @@ def test_network_problems_come_back_as_failures(url: str, kind: FailureKind) -> 
 def test_sending_outside_the_context_is_a_programming_error() -> None:
     with pytest.raises(RuntimeError):
         asyncio.run(AiohttpTransport().send(post("http://127.0.0.1:1/")))
+
+
+def refusing_sink(recorder: Recorder):
+    async def sink(request: web.Request) -> web.Response:
+        await recorder.record(request)
+        return web.Response(status=204)
+
+    return sink
+
+
+@pytest.mark.parametrize(
+    ("allow_list", "host"),
+    [(["127.0.0.1/32"], "127.0.0.1"), (["127.0.0.0/8", "::1"], "localhost"), (["LocalHost"], "localhost")],
+)
+def test_an_address_the_allow_list_admits_is_delivered_to(allow_list: list[str], host: str) -> None:
+    recorder = Recorder()
+
+    async def scenario() -> None:
+        async with serve({"/hook": refusing_sink(recorder)}) as base, transport_for(allow_list)() as http:
+            result = await http.send(post(base.replace("127.0.0.1", host) + "/hook"))
+        assert isinstance(result, Response) and result.status == 204
+
+    asyncio.run(scenario())
+    assert len(recorder.requests) == 1
+
+
+@pytest.mark.parametrize(
+    ("host", "reason"),
+    [
+        ("127.0.0.1", "loopback"),
+        ("localhost", "loopback"),  # a name: refused by the resolver, at connect time
+        ("0x7f.0.0.1", "loopback"),  # a legacy numeric form, which only the resolver reads as an address
+        ("[::ffff:127.0.0.1]", "loopback: it embeds 127.0.0.1"),
+        ("[64:ff9b::7f00:1]", "loopback: it embeds 127.0.0.1"),
+        ("[2002:7f00:1::]", "loopback: it embeds 127.0.0.1"),
+        ("[::1]", "loopback"),
+        ("0.0.0.0", "unspecified"),
+        ("169.254.169.254", "link-local"),
+    ],
+)
+def test_a_non_public_address_is_refused_at_send_time_and_nothing_reaches_it(host: str, reason: str) -> None:
+    recorder = Recorder()
+
+    async def scenario() -> None:
+        async with serve({"/hook": refusing_sink(recorder)}) as base, AiohttpTransport() as http:
+            port = base.rsplit(":", 1)[1]
+            result = await http.send(post(f"http://{host}:{port}/hook"))
+        assert isinstance(result, Failure) and result.kind is FailureKind.ADDRESS_REFUSED
+        assert f"({reason}" in result.detail and "registry.url_allow_list" in result.detail
+
+    asyncio.run(scenario())
+    assert recorder.requests == []
+
+
+def test_an_allow_list_narrowed_since_the_endpoint_was_created_still_refuses() -> None:
+    """The allow-list admits 10.0.0.0/8, not loopback: the host's own answer decides, not its history."""
+    recorder = Recorder()
+
+    async def scenario() -> None:
+        async with serve({"/hook": refusing_sink(recorder)}) as base, transport_for(["10.0.0.0/8"])() as http:
+            result = await http.send(post(base.replace("127.0.0.1", "localhost") + "/hook"))
+        assert isinstance(result, Failure) and result.kind is FailureKind.ADDRESS_REFUSED
+        assert result.detail.startswith("localhost resolves to ")
+
+    asyncio.run(scenario())
+    assert recorder.requests == []
+
+
+def test_a_redirect_to_a_loopback_address_is_not_followed() -> None:
+    recorder = Recorder()
+
+    async def scenario() -> None:
+        async with serve({"/sink": refusing_sink(recorder)}) as sink:
+            async def moved(request: web.Request) -> web.Response:
+                raise web.HTTPTemporaryRedirect(sink.replace("127.0.0.1", "localhost") + "/sink")
+
+            async with serve({"/hook": moved}) as base, transport_for(["127.0.0.0/8", "::1", "localhost"])() as http:
+                result = await http.send(post(f"{base}/hook"))
+        assert isinstance(result, Response) and result.status == 307
+
+    asyncio.run(scenario())
+    assert recorder.requests == [], "the redirect's target was never asked"

@@ -15,11 +15,10 @@ from sqlalchemy import select
 from standardwebhooks import Webhook
 
 from tests.delivery.receivers import Receivers
-from tests.delivery.servers import Handler, Recorder
+from tests.delivery.servers import Handler, Recorder, loopback_transport
 from wayline.core.settings import DeliverySettings
 from wayline.delivery.attempt import Pending, settle
 from wayline.delivery.circuit import CircuitSettings
-from wayline.delivery.http_client import AiohttpTransport
 from wayline.delivery.memory import MemoryStore, MemoryTransport, webhook_id
 from wayline.delivery.outcomes import Outcome
 from wayline.delivery.retry import DEFAULT_RETRY_POLICY
@@ -83,7 +82,7 @@ def test_a_stage_settles_each_endpoint_on_its_own_retry_policy(database, unique:
             ids["once"]: replace(target(ids["once"], f"{base}/503"), retry_schedule=(timedelta(0),)),
         }
         started = datetime.now(UTC)
-        run_stage([single(unique, f"own-{name}", ids[name]) for name in ids], targets, store, AiohttpTransport,
+        run_stage([single(unique, f"own-{name}", ids[name]) for name in ids], targets, store, loopback_transport,
                   StageSettings(deadline_s=5))
     with database.transaction() as session:
         entries = session.scalars(select(RetryEntry).where(RetryEntry.endpoint_id.in_(ids.values())))
@@ -111,7 +110,7 @@ def test_a_failing_endpoints_deliveries_go_to_the_retry_path_unsent_and_unattemp
         targets = {ids[name]: target(ids[name], f"{base}/ok") for name in ids}
         pendings = [single(unique, f"defer-{name}", ids[name]) for name in ids]
         before = datetime.now(UTC)
-        tally = run_stage(pendings, targets, store, AiohttpTransport, StageSettings(deadline_s=5),
+        tally = run_stage(pendings, targets, store, loopback_transport, StageSettings(deadline_s=5),
                           failing=frozenset({ids["failing"]}))
     assert [Webhook(SECRET.text).verify(r.body, r.headers)["id"] for r in recorder.requests] == ["defer-healthy"]
     assert tally.total(Outcome.DELIVERED) == 1 and tally.total(Outcome.RETRIED) == 1
@@ -151,9 +150,9 @@ def test_a_stage_sends_once_within_its_deadline_and_keeps_every_outcome(database
         pendings.append(single(unique, "e-ok", ids["ok"]))  # the same webhook id again
 
         started = time.monotonic()
-        tally = run_stage(pendings, targets, store, AiohttpTransport, settings)
+        tally = run_stage(pendings, targets, store, loopback_transport, settings)
         took = time.monotonic() - started
-        again = run_stage(pendings, targets, store, AiohttpTransport, settings)
+        again = run_stage(pendings, targets, store, loopback_transport, settings)
 
     assert took < DEADLINE_S + 2, "the stage does not wait for the hanging endpoint beyond its deadline"
     by_path = {r.path: r for r in recorder.requests}

@@ -26,8 +26,19 @@ def parsed(spark):
 
 
 def test_spark_verdicts_equal_the_reference(parsed) -> None:
-    got = {row["key"].decode(): (row["reason"], row["detail"]) for row in parsed.collect()}
-    expected = {case.name: (case.reason, expected_detail(case) if case.reason else None) for case in CASES}
+    from datetime import UTC, datetime, timedelta
+
+    from pyspark.sql import functions as F
+
+    EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+    # The instant as microseconds since the epoch: no time zone between Spark and the test.
+    rows = parsed.select("key", "reason", "detail", F.unix_micros("time").alias("micros")).collect()
+    got = {row["key"].decode(): (row["reason"], row["detail"], row["micros"]) for row in rows}
+    expected = {
+        case.name: (case.reason, expected_detail(case) if case.reason else None,
+                    case.time and (case.time - EPOCH) // timedelta(microseconds=1))
+        for case in CASES
+    }
     assert got == expected
 
 
@@ -41,7 +52,7 @@ def test_valid_events_have_typed_columns(parsed) -> None:
 
 
 def test_quarantine_keeps_the_original_record_and_says_why(parsed) -> None:
-    rows = quarantine_records(parsed, "wayline.quarantine").collect()
+    rows = quarantine_records(parsed, "wayline.quarantine", 1_047_552).drop("truncated").collect()
     by_key = {row["key"].decode(): row for row in rows}
     assert set(by_key) == {case.name for case in CASES if case.reason}
     original = {case.name: case for case in CASES}
@@ -53,3 +64,26 @@ def test_quarantine_keeps_the_original_record_and_says_why(parsed) -> None:
         assert headers["wayline-source-topic"] == "events.test"
     kept = {h["key"] for h in by_key["binary mode, no tenant"]["headers"]}
     assert {"ce_id", "ce_type"} <= kept
+
+
+def test_a_copy_over_the_limit_references_its_original(parsed) -> None:
+    import orjson
+
+    oversize = next(case for case in CASES if case.reason == "oversize")
+    assert oversize.value is not None
+    # Between the largest other bad record's copy and the oversize one's.
+    limit = len(oversize.value) + 300
+    rows = {row["key"].decode(): row for row in quarantine_records(parsed, "q", limit).collect()}
+    truncated = {key for key, row in rows.items() if row["truncated"]}
+    assert truncated == {oversize.name}
+    copy = rows[oversize.name]
+    offset = CASES.index(oversize)
+    assert orjson.loads(copy["value"]) == {"topic": "events.test", "partition": 0, "offset": offset}
+    headers = {h["key"]: h["value"].decode() for h in copy["headers"]}
+    assert headers["wayline-quarantine-reason"] == "oversize"
+    assert headers["wayline-source-offset"] == str(offset)
+    why = headers["wayline-quarantine-truncated"]
+    assert why.startswith("the copy would be ") and f"bytes, over the {limit}-byte limit" in why
+    assert not set(headers) & {name for name, _ in oversize.headers}, "no original headers"
+    assert all(row["value"] == next(c for c in CASES if c.name == key).value
+               for key, row in rows.items() if key not in truncated)

@@ -2,8 +2,9 @@
 
 from collections import Counter
 
+import orjson
 import pytest
-from confluent_kafka import Consumer
+from confluent_kafka import Consumer, Producer
 
 from wayline.core.kafka import ensure_topics
 from wayline.pipelines.inspect import InspectCounts, start_inspect
@@ -53,3 +54,40 @@ def test_inspect_counts_types_and_quarantines_bad_records(settings, spark, tmp_p
     assert reasons == per_reason
     originals = {r.value for r in bad}
     assert {m.value() for m in quarantined} == originals
+
+
+def test_a_record_whose_quarantine_copy_would_not_fit_the_broker_gets_a_reference_copy(
+    settings, spark, tmp_path, unique,
+) -> None:
+    """1,048,300 bytes fit Kafka's default limit; the copy with five headers more would not,
+    and used to stop the query for good (RecordTooLargeException on every restart)."""
+    prefix = f"events.{unique}."
+    topic, quarantine = f"{prefix}big", f"quarantine.{unique}"
+    local = settings.model_copy(update={
+        "kafka": settings.kafka.model_copy(update={"event_topic_prefix": prefix, "quarantine_topic": quarantine}),
+    })
+    bootstrap = settings.kafka_bootstrap()
+    ensure_topics(bootstrap, {topic, quarantine}, 1)
+    big = b'{"pad":"' + b"x" * (1_048_300 - 10) + b'"}'
+    assert len(big) == 1_048_300
+    producer = Producer({"bootstrap.servers": bootstrap, "message.max.bytes": 2_000_000})
+    producer.produce(topic, key=b"big", value=big, headers=[("trace", b"t-1")])
+    producer.produce(topic, key=b"small", value=b"not json")
+    assert producer.flush(30) == 0
+
+    counts = InspectCounts()
+    query = start_inspect(spark, local, counts, checkpoint=tmp_path / "ck", available_now=True)
+    query.awaitTermination(180)
+    assert query.exception() is None, "the query got past the record"
+
+    _, per_reason, _ = counts.snapshot()
+    assert per_reason == Counter({"oversize": 1, "not_json": 1})
+    assert counts.truncated == 1
+    copies = {m.key(): m for m in read_all(bootstrap, quarantine, 2)}
+    assert copies[b"small"].value() == b"not json", "a copy that fits is the original"
+    reference = copies[b"big"]
+    headers = dict(reference.headers())
+    assert orjson.loads(reference.value()) == {"topic": topic, "partition": 0, "offset": 0}
+    assert headers["wayline-quarantine-reason"] == b"oversize"
+    assert headers["wayline-source-topic"] == topic.encode()
+    assert b"1048" in headers["wayline-quarantine-truncated"] and "trace" not in headers

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from wayline.core.errors import RejectedInput
 from wayline.registry.filter import (
+    DEEPEST,
     MAX_DEPTH,
     MAX_LIST_VALUES,
     MAX_OPERATORS,
@@ -18,6 +19,7 @@ from wayline.registry.filter import (
     And,
     Compare,
     Exists,
+    FilterLimits,
     In,
     Not,
     Or,
@@ -372,6 +374,28 @@ def test_depth_counts_field_level_not() -> None:
     parse_filter({"data.x": field})
     with pytest.raises(RejectedInput, match="filters nest more than"):
         parse_filter({"data.x": {"$not": field}})
+
+
+def test_a_whole_filter_is_bounded_in_bytes_though_each_part_is_within_its_limits() -> None:
+    limits = FilterLimits(max_bytes=65_536, max_depth=MAX_DEPTH)
+    # 100 lists of 500 values of 1,000 characters each pass every per-operator limit: 50 MB.
+    huge = {"data.x": {"$in": ["x" * 1000] * 70}}
+    parse_filter(huge)
+    with pytest.raises(RejectedInput, match=r"^filter: the filter is 70,\d{3} bytes of JSON; at most 65,536 bytes"):
+        limits.check(huge)
+    assert limits.check({"data.x": {"$in": ["x" * 1000] * 50}}) == parse_filter({"data.x": {"$in": ["x" * 1000] * 50}})
+    # Bytes, not characters: multi-byte text counts as what it costs.
+    with pytest.raises(RejectedInput, match="bytes of JSON"):
+        FilterLimits(max_bytes=100, max_depth=MAX_DEPTH).check({"data.x": "ü" * 45})
+
+
+def test_depth_is_a_setting_and_stored_filters_parse_at_the_deepest() -> None:
+    with pytest.raises(RejectedInput, match="filters nest more than 3 levels deep"):
+        FilterLimits(max_bytes=65_536, max_depth=3).check(nested(4))
+    deep = nested(12)
+    FilterLimits(max_bytes=65_536, max_depth=12).check(deep)
+    # A deployment that allowed 12 levels stored this filter: the snapshot must still read it.
+    assert parse_filter(deep, DEEPEST) == FilterLimits(max_bytes=65_536, max_depth=12).check(deep)
 
 
 def test_size_is_bounded() -> None:

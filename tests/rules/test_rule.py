@@ -1,8 +1,11 @@
 """Rules as submitted: kinds, the Spark SQL a filter becomes, and the messages that reject a rule."""
 
+from datetime import timedelta
+
 import pytest
 
 from wayline.core.errors import RejectedInput
+from wayline.rules.expression import MAX_NESTING
 from wayline.rules.rule import RuleKind, compile_rule
 
 LOGINS = """SELECT * FROM events MATCH_RECOGNIZE (
@@ -103,3 +106,86 @@ def test_bad_rules_are_rejected_with_a_message_that_points_at_the_problem(sql: s
 def test_a_partition_key_that_disagrees_with_the_sql_is_rejected() -> None:
     with pytest.raises(RejectedInput, match=r"partition_key: tenantid differs from the key the SQL states \(data.user\)"):
         compile_rule(LOGINS, (("tenantid",),))
+
+
+def pattern_with(define: str = "A.type = 'a'", within: str = "INTERVAL '5' MINUTE") -> str:
+    return f"""SELECT * FROM events MATCH_RECOGNIZE (PARTITION BY tenantid ORDER BY event_time
+        MEASURES COUNT(A.*) AS n PATTERN (A B) WITHIN {within} DEFINE A AS {define}, B AS B.type = 'b')"""
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT * FROM events WHERE " + "(" * 49 + "type = 'x'" + ")" * 49,
+    "SELECT * FROM events WHERE " + "(" * 400 + "type = 'x'" + ")" * 400,
+    "SELECT * FROM events WHERE " + "NOT " * 3000 + "type = 'x'",
+    "SELECT * FROM events WHERE data.x > " + "+".join(["1"] * 3000),
+    pattern_with("A.data.x > " + "+".join(["1"] * 3000)),
+    pattern_with("A.type = 'a' AND " + "NOT " * 200 + "A.type = 'b'"),
+    "SELECT COUNT(*) AS n FROM events GROUP BY tenantid, window(event_time, '1 minute') HAVING COUNT(*) > "
+    + "- " * 500 + "1",
+])
+def test_rules_nested_past_the_limit_are_rejected_not_crashed(sql: str) -> None:
+    with pytest.raises(RejectedInput, match="nests too deeply"):
+        compile_rule(sql)
+
+
+def test_long_and_or_chains_are_not_nesting() -> None:
+    ors = " OR ".join(f"type = 't{n}'" for n in range(500))
+    assert compile_rule(f"SELECT * FROM events WHERE {ors}").filter.where.count(" OR ") == 499
+    nested = "(" * (MAX_NESTING - 8) + "type = 'x'" + ")" * (MAX_NESTING - 8)
+    assert compile_rule(f"SELECT * FROM events WHERE {nested}").kind == RuleKind.FILTER
+
+
+@pytest.mark.parametrize(("sql", "message"), [
+    ("SELECT COUNT(*) AS n FROM events GROUP BY tenantid, window(event_time, '1e20 days')",
+     "window(...): 1e20 days is longer than a rule may wait (at most 999,999,999 days)"),
+    ("SELECT COUNT(*) AS n FROM events GROUP BY tenantid, window(event_time, 'NaN days')",
+     "window(...): 'NaN' is not a finite number"),
+    ("SELECT COUNT(*) AS n FROM events GROUP BY tenantid, window(event_time, '-Infinity days')",
+     "window(...): '-Infinity' is not a finite number"),
+    ("SELECT COUNT(*) AS n FROM events GROUP BY tenantid, sliding_window(event_time, '1e30 milliseconds')",
+     "is longer than a rule may wait"),
+    (pattern_with(within="INTERVAL '100000000000000000000' DAY"), "WITHIN: 100000000000000000000 days is longer"),
+    (pattern_with(within="INTERVAL 'Infinity' DAY"), "WITHIN: 'Infinity' is not a finite number"),
+    (pattern_with(within="INTERVAL 'NaN' SECOND"), "WITHIN: 'NaN' is not a finite number"),
+])
+def test_durations_that_overflow_or_are_not_numbers_are_rejected(sql: str, message: str) -> None:
+    with pytest.raises(RejectedInput) as caught:
+        compile_rule(sql)
+    assert message in str(caught.value)
+
+
+def test_the_longest_duration_still_compiles() -> None:
+    rule = compile_rule("SELECT COUNT(*) AS n FROM events GROUP BY tenantid, window(event_time, '999999999 days')")
+    assert rule.time_bound == timedelta(days=999_999_999)
+
+
+QUOTED_KEYS = 'SELECT data."it\'s" AS it FROM events WHERE data."say ""hi""" = \'x\''
+
+
+def test_a_data_key_with_a_quote_is_quoted_with_the_other_quote() -> None:
+    spec = compile_rule(QUOTED_KEYS).filter
+    assert spec.where == 'TRY_VARIANT_GET(`data`, \'$[\\\'say "hi"\\\']\', \'string\') = \'x\''
+    assert spec.select == (("it", 'TRY_VARIANT_GET(`data`, \'$["it\\\'s"]\', \'variant\')'),)
+
+
+@pytest.mark.parametrize(("sql", "message"), [
+    ('SELECT * FROM events WHERE data."it\'s ""x""" = \'y\'',
+     'WHERE: the key \'it\\\'s "x"\' of data.it\'s "x" contains both \' and ", which Spark\'s JSON paths cannot quote'),
+    ('SELECT data."a b" AS k, COUNT(*) AS n FROM events GROUP BY data."a b", window(event_time, \'1 minute\')',
+     "partition_key: 'data.a b' is not a column name or a data.<path>"),
+])
+def test_data_paths_the_job_could_not_read_are_rejected_at_submit_time(sql: str, message: str) -> None:
+    with pytest.raises(RejectedInput) as caught:
+        compile_rule(sql)
+    assert message in str(caught.value)
+
+
+@pytest.mark.integration
+def test_a_filter_rule_on_keys_with_quotes_runs_in_spark(spark) -> None:
+    from pyspark.sql import functions as F
+
+    spec = compile_rule(QUOTED_KEYS + ' AND data."it\'s" > 1').filter
+    documents = ['{"it\'s": 2, "say \\"hi\\"": "x"}', '{"it\'s": 0, "say \\"hi\\"": "x"}', '{"other": 1}']
+    frame = spark.createDataFrame([(d,) for d in documents], "json string").select(F.parse_json("json").alias("data"))
+    rows = frame.where(F.expr(spec.where)).select(*(F.expr(e).cast("string").alias(n) for n, e in spec.select)).collect()
+    assert [row["it"] for row in rows] == ["2"]

@@ -10,6 +10,7 @@ from tests.conftest import REPO
 from wayline.cli.main import app
 from wayline.core.settings import Settings
 from wayline.stack.local import read_state
+from wayline.stack.postgres import postgres_files
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -53,6 +54,7 @@ def test_up_status_down_through_the_cli(tmp_path) -> None:
     assert stopped.exit_code == 0, stopped.output
     assert not psutil.pid_exists(state.kafka_pid) and not psutil.pid_exists(state.postgres_pid)
     assert processes_using(str(tmp_path)) == []
+    assert processes_using(str(postgres_files(Settings(state_dir=tmp_path)).pgdata)) == []
     assert runner.invoke(app, ["status"], env=env).exit_code == 1
 
 
@@ -62,5 +64,6 @@ def test_a_stack_that_cannot_start_says_why(tmp_path) -> None:
         "WAYLINE_STATE_DIR": str(tmp_path), "WAYLINE_STACK__BROKER_JARS_DIR": str(tmp_path / "no-jars"),
     })
     assert result.exit_code == 1
-    assert "run `make jars`" in " ".join(result.output.split())  # unwrap Rich's line breaks
+    message = " ".join(result.output.split())  # unwrap Rich's line breaks
+    assert "run `make jars`" in message and "WAYLINE_STACK__BROKER_JARS_DIR" in message
     assert processes_using(str(tmp_path)) == []

@@ -15,6 +15,7 @@ from wayline.api.routers import (
 from wayline.core.settings import Settings
 from wayline.registry.db import Database
 from wayline.registry.endpoint import EndpointService
+from wayline.registry.secrets import SecretBox
 from wayline.registry.urls import Resolver, resolve
 
 
@@ -22,7 +23,8 @@ def create_app(settings: Settings, database: Database, resolver: Resolver = reso
     app = FastAPI(title="Wayline admin API", version="1", description=__doc__)
     app.state.settings = settings
     app.state.database = database
-    app.state.endpoints = EndpointService.from_settings(settings, resolver)
+    app.state.secret_box = SecretBox.from_settings(settings)
+    app.state.endpoints = EndpointService.from_settings(settings, resolver, app.state.secret_box)
     errors.install(app)
     for router in (customers.router, api_keys.router, catalog.router, endpoints.router, subscriptions.router,
                    rules.router, endpoint_actions.router, attempts.router, dead_letters.router):

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from collections.abc import Callable, Iterable
+from datetime import timedelta
+from typing import Annotated, Any
 
 from fastapi import Depends, Header, Query, Request
+from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import BaseModel
+from sqlalchemy.orm import Session
 
+from wayline.api.idempotency import create_once
 from wayline.core.errors import Unauthorized
 from wayline.core.settings import Settings
 from wayline.registry import api_key
@@ -53,10 +59,26 @@ class Paging:
 
 DB = Annotated[Database, Depends(database)]
 IdempotencyKey = Annotated[
-    str | None, Header(alias="Idempotency-Key", max_length=200, description="repeat a create safely")
+    str | None, Header(alias="Idempotency-Key", max_length=200, description="repeat a create safely (for 24 h)")
 ]
 CallerDep = Annotated[Caller, Depends(caller)]
+
+
+class Once:
+    """A create that runs once per `Idempotency-Key` (see `wayline.api.idempotency`)."""
+
+    def __init__(self, request: Request, db: DB, who: CallerDep, key: IdempotencyKey = None) -> None:
+        self._request, self._db, self._caller, self._key = request, db, who, key
+
+    def __call__(self, body: BaseModel, create: Callable[[Session], Any], secret_fields: Iterable[str] = ()) -> JSONResponse:
+        state = self._request.app.state
+        return create_once(self._db, self._caller, self._key, body, create, box=state.secret_box,
+                           ttl=timedelta(seconds=state.settings.api.idempotency_ttl_s), secret_fields=secret_fields)
+
+
+OnceDep = Annotated[Once, Depends(Once)]
+SettingsDep = Annotated[Settings, Depends(settings)]
 PagingDep = Annotated[Paging, Depends(Paging)]
 EndpointsDep = Annotated[EndpointService, Depends(endpoint_service)]
 
-__all__ = ["CallerDep", "DB", "EndpointsDep", "IdempotencyKey", "Paging", "PagingDep", "caller", "database", "endpoint_service", "settings"]
+__all__ = ["CallerDep", "DB", "EndpointsDep", "IdempotencyKey", "Once", "OnceDep", "Paging", "PagingDep", "SettingsDep", "caller", "database", "endpoint_service", "settings"]

@@ -4,6 +4,7 @@ and the pipelines."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated
 
@@ -12,20 +13,22 @@ from rich.console import RenderableType
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from wayline import compose
-from wayline.cli.output import console, guarded, watch
+from wayline.cli.messaging import register as register_messaging
+from wayline.cli.output import console, guarded, job_log_file, watch
 from wayline.cli.registry import APPS
 from wayline.cli.rules import rules_app, watch_rules
 from wayline.core.errors import WaylineError
 from wayline.core.kafka import ensure_topics
 from wayline.core.settings import Settings
 from wayline.stack import loadgen, local
+from wayline.stack.logs import job_log
 
 if TYPE_CHECKING:
     from wayline.stack.receiver import Receiver
 
 app = typer.Typer(no_args_is_help=True, help="Wayline: event streaming on Apache Spark.")
 run_app = typer.Typer(no_args_is_help=True, help="Run a pipeline.")
-serve_app = typer.Typer(no_args_is_help=True, help="Run an HTTP service.")
+serve_app = typer.Typer(help="Run an HTTP service; alone: the admin and messaging APIs together.")
 app.add_typer(run_app, name="run")
 app.add_typer(serve_app, name="serve")
 for _name, _sub_app in APPS.items():
@@ -107,20 +110,21 @@ def _watch_inspect(settings: Settings, stop_when: Callable[[], bool] = lambda: F
     from wayline.pipelines.inspect import InspectCounts, start_inspect
     from wayline.stack.spark import spark_session
 
-    with console.status("starting Spark…"):
-        spark = spark_session(settings)
-    counts = InspectCounts()
-    query = start_inspect(spark, settings, counts)
+    with job_log(job_log_file(settings, "inspect")):
+        with console.status("starting Spark…"):
+            spark = spark_session(settings)
+        counts = InspectCounts()
+        query = start_inspect(spark, settings, counts)
 
-    def view() -> RenderableType:
-        progress = query.lastProgress or {}
-        return inspect_view(counts, float(progress.get("inputRowsPerSecond") or 0),
-                            float(progress.get("processedRowsPerSecond") or 0))
+        def view() -> RenderableType:
+            progress = query.lastProgress or {}
+            return inspect_view(counts, float(progress.get("inputRowsPerSecond") or 0),
+                                float(progress.get("processedRowsPerSecond") or 0))
 
-    try:
-        watch(query, view, "inspect query", stop_when)
-    finally:
-        spark.stop()
+        try:
+            watch(query, view, "inspect query", stop_when)
+        finally:
+            spark.stop()
 
 
 @run_app.command("inspect")
@@ -131,19 +135,22 @@ def run_inspect() -> None:
 
 
 def _watch_delivery(settings: Settings, receiver: Receiver | None = None,
-                    stop_when: Callable[[], bool] = lambda: False, *, retries: bool = False) -> None:
+                    stop_when: Callable[[], bool] = lambda: False, *, retries: bool = False,
+                    on_running: Callable[[], None] = lambda: None) -> None:
     """Run the delivery job with a live view until Ctrl-C (or ``stop_when``); with a local
     ``receiver``, the view shows what each of its endpoints got. With ``retries``, the retry
-    query runs beside it in the same Spark session (counted in the same metrics)."""
+    query runs beside it in the same Spark session (counted in the same metrics).
+    ``on_running`` is called once the queries run, before the view starts."""
     from wayline.cli.views import delivery_view
     from wayline.delivery.metrics import DeliveryMetrics
 
     metrics = DeliveryMetrics()
     with (compose.metrics_served(metrics, settings.delivery.metrics_host, settings.delivery.metrics_port,
                                  "WAYLINE_DELIVERY__METRICS_PORT") as server,
+          job_log(job_log_file(settings, "delivery")),
           compose.wired(settings, console.status("starting Spark…")) as wiring):
         job = compose.delivery_job(wiring, metrics)
-        console.print(f"delivering; metrics at {server.url}; Ctrl-C stops")
+        console.print(f"delivering; metrics at {server.where}; Ctrl-C stops")
 
         def view() -> RenderableType:
             progress = job.matching.lastProgress or {}
@@ -151,6 +158,7 @@ def _watch_delivery(settings: Settings, receiver: Receiver | None = None,
                                  receiver.stats() if receiver else {})
 
         retry_query = compose.retry_query(wiring, metrics) if retries else None
+        on_running()
         try:
             watch(job, view, "delivery job",
                   lambda: stop_when() or (retry_query is not None and not retry_query.isActive))
@@ -186,9 +194,10 @@ def run_retries() -> None:
     metrics = DeliveryMetrics()
     with (compose.metrics_served(metrics, settings.delivery.metrics_host, settings.delivery.retry_metrics_port,
                                  "WAYLINE_DELIVERY__RETRY_METRICS_PORT") as server,
+          job_log(job_log_file(settings, "retries")),
           compose.wired(settings, console.status("starting Spark…")) as wiring):
         query = compose.retry_query(wiring, metrics)
-        console.print(f"draining retries every {settings.delivery.retry_poll_s:g} s; metrics at {server.url}; "
+        console.print(f"draining retries every {settings.delivery.retry_poll_s:g} s; metrics at {server.where}; "
                       "Ctrl-C stops")
 
         def view() -> RenderableType:
@@ -213,10 +222,72 @@ def serve_admin(
     uvicorn.run(compose.admin_app(settings), host=host or settings.api.host, port=port or settings.api.port)
 
 
+def _path_secrets(given: list[str]) -> dict[str, list[str]]:
+    secrets: dict[str, list[str]] = {}
+    for item in given:
+        path, sep, secret = item.partition("=")
+        if not sep or not path.startswith("/") or not secret:
+            raise typer.BadParameter(f"{item!r}: write PATH=SECRET, e.g. /hooks=whsec_…", param_hint="--secret")
+        secrets.setdefault(path, []).append(secret)
+    return secrets
+
+
+@app.command()
+@guarded
+def receive(
+    port: Annotated[int, typer.Option(help="port to listen on, on 127.0.0.1")] = 9000,
+    secret: Annotated[list[str], typer.Option(
+        help="PATH=SECRET: check requests to PATH against this signing secret (repeatable); without it, "
+             "against the secrets of the local registry's endpoints at this receiver's address",
+    )] = [],
+) -> None:
+    """A webhook receiver on 127.0.0.1: checks each request's Standard Webhooks signature and
+    shows requests, events, bad signatures and latency per path; Ctrl-C stops."""
+    from rich.live import Live
+
+    from wayline.cli.views import received_table
+    from wayline.registry.db import Database, make_engine
+    from wayline.registry.endpoint import EndpointService
+    from wayline.stack.receiver import Receiver, ReceiverServer, registry_secrets
+
+    given = _path_secrets(secret)
+    settings = Settings()
+    engine = None if given else make_engine(settings.postgres_dsn())
+    receiver = Receiver(given)
+    server = ReceiverServer(receiver, port)
+    bases = [server.url, f"http://localhost:{server.port}"]
+
+    def trust_registry() -> None:  # endpoints made or rotated while it runs are trusted too
+        if engine is not None:
+            receiver.trust(registry_secrets(Database(engine), EndpointService.from_settings(settings), bases))
+
+    try:
+        trust_registry()
+        console.print(f"receiving on {server.url}/<path>; counts as JSON at {server.url}/stats; Ctrl-C stops",
+                      soft_wrap=True)
+        with Live(received_table(receiver.stats()), console=console, refresh_per_second=2) as live:
+            while True:
+                for _ in range(10):
+                    time.sleep(0.5)
+                    live.update(received_table(receiver.stats()))
+                trust_registry()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.close()
+        if engine is not None:
+            engine.dispose()
+    total = receiver.totals()
+    console.print(f"received {total.requests:,} requests ({total.events:,} events), "
+                  f"{total.rejected:,} with a bad signature")
+
+
 @app.command()
 @guarded
 def demo(
-    rate: Annotated[float, typer.Option(help="events per second to produce")] = 2000,
+    # What the delivery job keeps up with on the 2-core development machine (README, "The two
+    # commands"); the delivery fast path (issue 13) is to raise it.
+    rate: Annotated[float, typer.Option(help="events per second to produce")] = 300,
     bad_fraction: Annotated[float, typer.Option(help="share of broken records")] = 0.01,
 ) -> None:
     """Start the stack, seed sample subscriptions, produce a stream and deliver it to a local
@@ -250,8 +321,10 @@ def demo(
         receiver.receiver.trust(seeded.secrets)
         for described in seeded.subscriptions.values():
             console.print(f"  subscription {described}")
-        producer.start()
-        _watch_delivery(settings, receiver.receiver, stop_when=lambda: bool(failures), retries=True)
+        # Events start once the job runs: a backlog built while Spark starts would make the
+        # first look at the latencies a look at that backlog.
+        _watch_delivery(settings, receiver.receiver, stop_when=lambda: bool(failures), retries=True,
+                        on_running=producer.start)
     finally:
         stop.set()
         if producer.is_alive():
@@ -263,6 +336,8 @@ def demo(
         raise WaylineError(f"the demo producer failed: {failures[0]}")
     console.print("demo stopped; the stack is down")
 
+
+register_messaging(app, serve_app)
 
 __all__ = ["app"]
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import typer
@@ -14,6 +15,7 @@ from rich.console import Console, RenderableType
 from rich.live import Live
 
 from wayline.core.errors import WaylineError
+from wayline.core.settings import Settings
 from wayline.pipelines.job import Job
 
 console = Console()
@@ -40,11 +42,20 @@ def guarded(command: F) -> F:
     return run  # type: ignore[return-value]
 
 
+def job_log_file(settings: Settings, job: str) -> Path:
+    """Where a job's standard error goes while its live view has the terminal
+    (:func:`wayline.stack.logs.job_log`); said once, before the view starts."""
+    log_file = (settings.state_dir / "logs" / f"{job}.log").resolve()
+    console.print(f"{job} log: {log_file}", soft_wrap=True)
+    return log_file
+
+
 def watch(job: Job, view: Callable[[], RenderableType], what: str,
           stop_when: Callable[[], bool] = lambda: False) -> None:
     """Show ``view`` twice a second while ``job`` runs, until Ctrl-C or ``stop_when``; then stop it."""
     try:
-        with Live(view(), console=console, refresh_per_second=2) as live:
+        # stderr stays where job_log points it (the job's log file), not above the view.
+        with Live(view(), console=console, refresh_per_second=2, redirect_stderr=False) as live:
             while job.isActive and not stop_when():
                 live.update(view())
                 # Not awaitTermination: Ctrl-C must land outside a call into the JVM.
@@ -58,4 +69,4 @@ def watch(job: Job, view: Callable[[], RenderableType], what: str,
         job.stop()
 
 
-__all__ = ["console", "guarded", "watch"]
+__all__ = ["console", "guarded", "job_log_file", "watch"]

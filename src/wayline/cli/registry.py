@@ -3,7 +3,7 @@ the terminal, through the same service layer as the admin API (with an operator'
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Annotated, Any
 
@@ -42,14 +42,16 @@ def registry() -> Iterator[tuple[Session, EndpointService]]:
         yield session, EndpointService.from_settings(settings)
 
 
-def show(rows: Sequence[BaseModel] | Page[Any], columns: Sequence[str], title: str) -> None:
+def show(rows: Sequence[BaseModel] | Page[Any], columns: Sequence[str], title: str,
+         formats: Mapping[str, Callable[[Any], str]] | None = None) -> None:
+    """A table of ``columns``; ``formats`` renders a column's value its own way."""
     items = rows.data if isinstance(rows, Page) else rows
     table = Table(title=title)
     for column in columns:
         table.add_column(column)
     for item in items:
         values = item.model_dump()
-        table.add_row(*(_cell(values.get(column)) for column in columns))
+        table.add_row(*((formats or {}).get(column, _cell)(values.get(column)) for column in columns))
     console.print(table)
 
 
@@ -100,8 +102,12 @@ def create_key(
     body = api_key.ApiKeyIn(name=name, scope="customer" if customer_id else "admin", customer_id=customer_id)
     with registry() as (session, _):
         made = api_key.create(session, ADMIN, body)
-    show([made], KEY_COLUMNS, "API key created")
-    console.print(f"key (shown once): [bold]{made.key}[/]")
+    # Lines, not a table: a narrow terminal must not cut the id or break the key, which is
+    # copied from here and never shown again.
+    owner = f" for {made.customer_id}" if made.customer_id else ""
+    console.print(f"API key {made.id} created: {made.name!r}, {made.scope}{owner}", soft_wrap=True, markup=False)
+    console.print("key (shown once, on the next line):")
+    console.print(made.key, soft_wrap=True, markup=False, highlight=False)
 
 
 @keys_app.command("list")
@@ -150,7 +156,17 @@ def list_event_types(limit: Limit = 100) -> None:
 
 
 # --- endpoints -------------------------------------------------------------------------
-ENDPOINT_COLUMNS = ("id", "customer_id", "url", "auth", "enabled", "disabled_reason")
+ENDPOINT_COLUMNS = ("id", "customer_id", "url", "auth", "enabled", "disabled_reason", "disabled_subscriptions")
+
+
+def _disabled_subscriptions(disabled: list[dict[str, Any]]) -> str:
+    """A 410 disables a subscription and leaves its endpoint enabled: say which, why and when."""
+    return "\n".join(f"{s['id']}: {s['disabled_reason'] or 'disabled'}"
+                     f"{' at ' + s['disabled_at'].isoformat(timespec='seconds') if s['disabled_at'] else ''}"
+                     for s in disabled or [])
+
+
+ENDPOINT_FORMATS = {"disabled_subscriptions": _disabled_subscriptions}
 
 
 def _auth(bearer: str | None, basic: str | None) -> NoAuth | BasicAuth | BearerAuth:
@@ -179,16 +195,23 @@ def create_endpoint(
                       max_in_flight=max_in_flight, description=description)
     with registry() as (session, endpoints):
         made = endpoints.create(session, ADMIN, body)
-        secret = endpoints.secrets(session, ADMIN, made.id)[0].secret
-    show([made], ENDPOINT_COLUMNS, "endpoint created")
-    console.print(f"signing secret: [bold]{secret}[/]")
+    show([made], ENDPOINT_COLUMNS, "endpoint created", ENDPOINT_FORMATS)
+    console.print(f"signing secret: [bold]{made.secret}[/]")
 
 
 @endpoints_app.command("list")
 @guarded
 def list_endpoints(limit: Limit = 100) -> None:
     with registry() as (session, endpoints):
-        show(endpoints.list_(session, ADMIN, None, limit, limit), ENDPOINT_COLUMNS, "endpoints")
+        show(endpoints.list_(session, ADMIN, None, limit, limit), ENDPOINT_COLUMNS, "endpoints", ENDPOINT_FORMATS)
+
+
+@endpoints_app.command("show")
+@guarded
+def show_endpoint(endpoint_id: str) -> None:
+    """One endpoint, with its disabled subscriptions and why they were disabled."""
+    with registry() as (session, endpoints):
+        show([endpoints.get(session, ADMIN, endpoint_id)], ENDPOINT_COLUMNS, endpoint_id, ENDPOINT_FORMATS)
 
 
 @endpoints_app.command("disable")
@@ -196,14 +219,15 @@ def list_endpoints(limit: Limit = 100) -> None:
 def disable_endpoint(endpoint_id: str, reason: str = "disabled by an operator") -> None:
     with registry() as (session, endpoints):
         show([endpoints.update(session, ADMIN, endpoint_id, EndpointPatch(enabled=False, disabled_reason=reason))],
-             ENDPOINT_COLUMNS, "endpoint disabled")
+             ENDPOINT_COLUMNS, "endpoint disabled", ENDPOINT_FORMATS)
 
 
 @endpoints_app.command("enable")
 @guarded
 def enable_endpoint(endpoint_id: str) -> None:
     with registry() as (session, endpoints):
-        show([endpoints.update(session, ADMIN, endpoint_id, EndpointPatch(enabled=True))], ENDPOINT_COLUMNS, "endpoint enabled")
+        show([endpoints.update(session, ADMIN, endpoint_id, EndpointPatch(enabled=True))], ENDPOINT_COLUMNS, "endpoint enabled",
+             ENDPOINT_FORMATS)
 
 
 @endpoints_app.command("secrets")
@@ -231,7 +255,7 @@ def delete_endpoint(endpoint_id: str) -> None:
 
 # --- subscriptions ---------------------------------------------------------------------
 SUBSCRIPTION_COLUMNS = ("id", "endpoint_id", "event_types", "tenant_scope", "tenants", "subtenants", "filter", "mode",
-                        "max_count", "max_wait_ms", "enabled")
+                        "max_count", "max_wait_ms", "enabled", "disabled_reason", "disabled_at")
 
 
 @subscriptions_app.command("create")

@@ -10,9 +10,10 @@ import typer
 from rich.table import Table
 
 from wayline import compose
-from wayline.cli.output import console, guarded, watch
+from wayline.cli.output import console, guarded, job_log_file, watch
 from wayline.cli.registry import Limit, registry, show
 from wayline.core.settings import Settings
+from wayline.stack.logs import job_log
 from wayline.registry import rule
 from wayline.registry.access import ADMIN
 
@@ -37,12 +38,10 @@ def create_rule(
     time_budget_ms: Annotated[int | None, typer.Option(help="evaluation time per micro-batch")] = None,
 ) -> None:
     """Check a rule and deploy it; a running job picks it up between micro-batches."""
-    settings = Settings()
     body = rule.RuleIn(name=name, sql=_sql(sql), output_topic=output_topic, output_type=output_type,
                        partition_key=partition_key or None, state_budget=state_budget, time_budget_ms=time_budget_ms)
     with registry() as (session, _):
-        created = rule.create(session, ADMIN, body, settings.rules.default_state_budget,
-                              settings.rules.default_time_budget_ms)
+        created = rule.create(session, ADMIN, body, _policy())
     show([created], COLUMNS, "rule created")
 
 
@@ -67,7 +66,7 @@ def show_rule(rule_id: str) -> None:
 def update_rule(rule_id: str, sql: Annotated[str | None, typer.Option(help="the rule, or @file.sql")] = None) -> None:
     """Change a rule's SQL (it restarts with fresh state)."""
     with registry() as (session, _):
-        changed = rule.update(session, ADMIN, rule_id, rule.RulePatch(sql=_sql(sql) if sql else None))
+        changed = rule.update(session, ADMIN, rule_id, rule.RulePatch(sql=_sql(sql) if sql else None), _policy())
     show([changed], COLUMNS, "rule changed")
 
 
@@ -76,14 +75,14 @@ def update_rule(rule_id: str, sql: Annotated[str | None, typer.Option(help="the 
 def enable_rule(rule_id: str) -> None:
     """Run a stopped or quarantined rule again, with fresh state."""
     with registry() as (session, _):
-        show([rule.update(session, ADMIN, rule_id, rule.RulePatch(enabled=True))], COLUMNS, "rule enabled")
+        show([rule.update(session, ADMIN, rule_id, rule.RulePatch(enabled=True), _policy())], COLUMNS, "rule enabled")
 
 
 @rules_app.command("disable")
 @guarded
 def disable_rule(rule_id: str) -> None:
     with registry() as (session, _):
-        show([rule.update(session, ADMIN, rule_id, rule.RulePatch(enabled=False))], COLUMNS, "rule disabled")
+        show([rule.update(session, ADMIN, rule_id, rule.RulePatch(enabled=False), _policy())], COLUMNS, "rule disabled")
 
 
 @rules_app.command("delete")
@@ -105,22 +104,27 @@ def _view(job) -> Table:
     return table
 
 
+def _policy() -> rule.RulePolicy:
+    return rule.RulePolicy.from_settings(Settings())
+
+
 def watch_rules(settings: Settings) -> None:
     """Run the rules job with a live per-rule view until Ctrl-C."""
     from wayline.registry.rule_control import ControlTopic
     from wayline.rules.metrics import RulesMetrics
 
-    control = ControlTopic(settings)
-    try:
-        with compose.wired(settings, console.status("starting Spark…")) as wiring:
-            job = compose.rules_job(wiring, control)
-            with compose.metrics_served(RulesMetrics(job.counters), settings.rules.metrics_host,
-                                        settings.rules.metrics_port, "WAYLINE_RULES__METRICS_PORT") as server:
-                console.print(f"running rules; control topic {settings.rules.control_topic}; metrics at {server.url}; "
-                              "Ctrl-C stops")
-                watch(job, lambda: _view(job), "rules job")
-    finally:
-        control.close()
+    with job_log(job_log_file(settings, "rules")):
+        control = ControlTopic(settings)
+        try:
+            with compose.wired(settings, console.status("starting Spark…")) as wiring:
+                job = compose.rules_job(wiring, control)
+                with compose.metrics_served(RulesMetrics(job.counters), settings.rules.metrics_host,
+                                            settings.rules.metrics_port, "WAYLINE_RULES__METRICS_PORT") as server:
+                    console.print(f"running rules; control topic {settings.rules.control_topic}; "
+                                  f"metrics at {server.where}; Ctrl-C stops")
+                    watch(job, lambda: _view(job), "rules job")
+        finally:
+            control.close()
 
 
 __all__ = ["rules_app", "watch_rules"]

@@ -44,6 +44,8 @@ def inspect_view(counts: InspectCounts, input_rate: float, processed_rate: float
     reasons.add_column("records", justify="right")
     for reason, count in per_reason.most_common():
         reasons.add_row(reason, f"{count:,}")
+    if counts.truncated:
+        reasons.caption = f"{counts.truncated:,} too large for Kafka: copied as a reference to the original"
     return Group(summary, types, reasons)
 
 
@@ -64,13 +66,18 @@ def delivery_view(seen: Overview, input_rate: float, endpoints: dict[str, dict[s
         f"[red]{seen.quarantined:,}[/] quarantined",
         f"{seen.batches} micro-batches",
     )
+    return Group(summary, received_table(endpoints))
+
+
+def received_table(endpoints: dict[str, dict[str, Any]]) -> Table:
+    """What each path of a local receiver got (its ``stats()``)."""
     table = Table(title="What the endpoints received (signatures checked with standardwebhooks)")
     for column in ("endpoint", "requests", "events", "bad signatures", "latency p50", "latency p99"):
         table.add_column(column, justify="left" if column == "endpoint" else "right")
     for path, got in endpoints.items():
         table.add_row(path, f"{got['requests']:,}", f"{got['events']:,}", f"{got['rejected']:,}",
                       _seconds(got["latency_p50_s"]), _seconds(got["latency_p99_s"]))
-    return Group(summary, table)
+    return table
 
 
-__all__ = ["delivery_view", "inspect_view", "stack_table"]
+__all__ = ["delivery_view", "inspect_view", "received_table", "stack_table"]

@@ -14,15 +14,21 @@ expressions, and the integration tests hold the two to the same answers.
 
 Attribute values that are JSON numbers or booleans are read as their JSON text (``5``
 → ``"5"``), as Spark's ``from_json`` does; an empty string counts as missing.
+
+``time`` is an RFC 3339 ``date-time`` as :data:`TIME_PATTERN` states it, and a real
+instant (no 30 February, no hour 24); both parsers check the pattern itself, so neither
+parser's leniency (Spark casts ``"2025"``, Python ``"2025-01-01"``) decides.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime
 from enum import StrEnum
 from typing import Any
+
+import re
 
 import orjson
 
@@ -35,12 +41,25 @@ ATTRIBUTES = REQUIRED_ATTRIBUTES + OPTIONAL_ATTRIBUTES + (TENANT, SUBTENANT)
 BINARY_PREFIX = "ce_"
 STRUCTURED_CONTENT_TYPE = "application/cloudevents+json"
 
+# RFC 3339 date-time: a full date, "T", a time with seconds, an offset; T and Z in either
+# case; at most nine fraction digits (both parsers keep six). Offsets stop at ±18:00, the
+# JVM's limit (no zone uses more). Written for both regex dialects: Python's `re.search` and
+# Spark's RLIKE (Java, `find`); the lookahead ends the input where `$` would allow a final
+# newline. Leap seconds (:60) match but neither parser takes them.
+TIME_PATTERN = (
+    r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt][0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{1,9})?"
+    r"(?:[Zz]|[+-](?:(?:0[0-9]|1[0-7]):[0-5][0-9]|18:00))(?![\s\S])"
+)
+_TIME = re.compile(TIME_PATTERN)
+
 # Headers the quarantine adds to the untouched original record.
 REASON_HEADER = "wayline-quarantine-reason"
 DETAIL_HEADER = "wayline-quarantine-detail"
 SOURCE_TOPIC_HEADER = "wayline-source-topic"
 SOURCE_PARTITION_HEADER = "wayline-source-partition"
 SOURCE_OFFSET_HEADER = "wayline-source-offset"
+# On a copy too large for Kafka, which then references the original instead of holding it.
+TRUNCATED_HEADER = "wayline-quarantine-truncated"
 
 
 class Reason(StrEnum):
@@ -132,7 +151,7 @@ def parse_record(
         return Rejection(Reason.MISSING_TENANT, DETAILS[Reason.MISSING_TENANT])
     time = None
     if text["time"] is not None:
-        time = _parse_time(text["time"])
+        time = parse_time(text["time"])
         if time is None:
             return Rejection(Reason.BAD_TIME, DETAILS[Reason.BAD_TIME])
     return Envelope(
@@ -158,12 +177,15 @@ def _attribute_text(value: Any) -> str | None:
     return orjson.dumps(value).decode()
 
 
-def _parse_time(text: str) -> datetime | None:
+def parse_time(text: str) -> datetime | None:
+    """The instant a CloudEvents ``time`` names, or ``None`` if it is not a valid RFC 3339 date-time."""
+    if _TIME.search(text) is None:
+        return None
     try:
-        parsed = datetime.fromisoformat(text)
+        # Python keeps microseconds and drops finer digits, as Spark's timestamps do.
+        return datetime.fromisoformat(text.upper())
     except ValueError:
         return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
 
 
 def to_structured(envelope: Envelope) -> bytes:
@@ -206,8 +228,11 @@ __all__ = [
     "STRUCTURED_CONTENT_TYPE",
     "SUBTENANT",
     "TENANT",
+    "TIME_PATTERN",
+    "TRUNCATED_HEADER",
     "missing_detail",
     "oversize_detail",
     "parse_record",
+    "parse_time",
     "to_structured",
 ]

@@ -8,7 +8,9 @@ WaylineError
 │   ├── Unauthorized       no API key, or not a valid one
 │   ├── Forbidden          the key's scope does not allow this
 │   ├── NotFound           no such object, or not one the caller may see
-│   └── Conflict           clashes with the current state (duplicate, reused idempotency key)
+│   ├── Conflict           clashes with the current state (duplicate, reused idempotency key)
+│   ├── TooLarge           over a size limit: send less
+│   └── TooMany            over a rate limit: send again later
 ├── RetryLater             a transient failure: try again after a delay
 └── GiveUp                 a permanent failure: dead-letter and stop trying
 
@@ -55,6 +57,14 @@ class Conflict(RejectedInput):
     """The request clashes with the current state."""
 
 
+class TooLarge(RejectedInput):
+    """The input is over a size limit; the message names the limit."""
+
+
+class TooMany(RejectedInput):
+    """Over a rate limit; the same request is accepted once the window has passed."""
+
+
 class RetryLater(WaylineError):
     """A transient failure: the same operation may succeed after a delay."""
 
@@ -73,6 +83,8 @@ __all__ = [
     "RejectedInput",
     "RetryLater",
     "StackError",
+    "TooLarge",
+    "TooMany",
     "Unauthorized",
     "WaylineError",
 ]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,13 @@ DEFAULT_RETRY_SCHEDULE_S = (0.0, 5.0, 300.0, 1800.0, 7200.0, 18_000.0, 36_000.0,
 DEFAULT_RETRY_JITTER = 0.2
 
 
+def _in_checkout(*parts: str) -> Path:
+    """A path in the checkout Wayline runs from (an editable install), so commands find the
+    repo's `make jars` output from any working directory; elsewhere, relative to it."""
+    checkout = Path(__file__).resolve().parents[3]
+    return checkout.joinpath(*parts) if (checkout / "pom.xml").is_file() else Path(*parts)
+
+
 class _Section(BaseModel, frozen=True, extra="forbid"):
     """A group of settings; a misspelt key is an error, not a silent default."""
 
@@ -44,6 +52,11 @@ class KafkaSettings(_Section):
     )
     event_topic_prefix: str = "events."
     quarantine_topic: str = "wayline.quarantine"
+    quarantine_max_bytes: int = Field(
+        default=1_047_552, ge=4096,
+        description="a quarantine copy larger than this (as Kafka sizes a record) carries a reference to the "
+                    "original instead of its value; default: Kafka's 1 MiB message limit less 1 KiB",
+    )
     topic_partitions: int = 2
     max_offsets_per_trigger: int = 200_000
     starting_offsets: str = "earliest"
@@ -65,7 +78,7 @@ class SparkSettings(_Section):
     app_name: str = "wayline"
     shuffle_partitions: int = 2
     driver_memory: str = "2g"
-    jars_dir: Path = Path("jars/spark")
+    jars_dir: Path = Field(default_factory=lambda: _in_checkout("jars", "spark"))
     extra_conf: dict[str, str] = Field(default_factory=dict)
 
 
@@ -84,11 +97,22 @@ class RegistrySettings(_Section):
     )
     secret_overlap_s: int = Field(default=86_400, ge=0, description="old signing secret stays valid this long")
     max_page_size: int = 500
+    max_filter_bytes: int = Field(
+        default=65_536, ge=2, description="a subscription's content filter at most this many bytes of JSON"
+    )
+    max_filter_depth: int = Field(default=8, ge=1, le=32, description="filter objects nested at most this deep (32 at most)")
 
 
 class ApiSettings(_Section):
     host: str = "127.0.0.1"
     port: int = 8080
+    idempotency_ttl_s: float = Field(
+        default=86_400.0, gt=0, description="an Idempotency-Key is remembered (and its replay answered) this long"
+    )
+    test_event_max_bytes: int = Field(
+        default=65_536, ge=2, description="the data of a test event (POST /endpoints/{id}/test) at most this many bytes"
+    )
+    test_events_per_minute: int = Field(default=10, ge=1, description="test events one endpoint may be sent per minute")
 
 
 class DeliverySettings(_Section):
@@ -184,17 +208,59 @@ class RulesSettings(_Section):
     default_state_budget: int = Field(default=1_000_000, ge=1, description="state entries a rule may hold")
     default_time_budget_ms: int = Field(default=2_000, ge=1, description="evaluation time a rule may use per micro-batch")
     output_partitions: int = Field(default=2, ge=1, description="partitions of an output topic the job creates")
+    max_windows_per_event: int = Field(
+        default=1_000, ge=1, description="a hopping window's size / slide at most: each event joins that many windows"
+    )
     metrics_host: str = "127.0.0.1"
     metrics_port: int = Field(
         default=9466, ge=0, le=65_535, description="the rules job's Prometheus /metrics, per rule; 0: any free port"
     )
 
 
+class MessagingSettings(_Section):
+    host: str = "127.0.0.1"
+    port: int = Field(default=8081, ge=0, le=65_535, description="`wayline serve messaging`'s port")
+    instance_id: str = Field(
+        default_factory=socket.gethostname, pattern=r"^[A-Za-z0-9_.-]{1,64}$",
+        description="names this instance in transaction ids and transactional producer ids; unique per instance "
+                    "and stable across its restarts (a restart then fences the old producers)",
+    )
+    max_batch_events: int = Field(default=1000, ge=1, description="events one publish request may carry")
+    max_request_bytes: int = Field(default=1_048_576, ge=1, description="largest publish request body")
+    linger_ms: float = Field(default=5.0, ge=0, description="the producer waits this long to fill a batch")
+    delivery_timeout_ms: int = Field(
+        default=30_000, ge=1000, description="a record the broker has not acknowledged by then fails with its reason"
+    )
+    idempotency_pending_s: float = Field(
+        default=60.0, gt=0,
+        description="a publish with an Idempotency-Key still unanswered after this long (its instance died) may be "
+                    "retried; until then a repeat gets 409",
+    )
+    schema_cache_s: float = Field(default=5.0, ge=0, description="event type JSON Schemas are re-read this often")
+    auth_cache_s: float = Field(
+        default=2.0, ge=0, description="an API key and its topic grants are re-read this often (revocation delay)"
+    )
+    transaction_producers: int = Field(
+        default=4, ge=1, description="transactional producers per instance: open transactions it can hold at once"
+    )
+    transaction_timeout_s: float = Field(
+        default=60.0, gt=0, description="a transaction neither committed nor aborted by then is aborted"
+    )
+    poll_consumers: int = Field(default=4, ge=1, description="concurrent polls per instance; more wait their turn")
+    poll_max_limit: int = Field(default=1000, ge=1, description="most records one poll returns")
+    poll_max_bytes: int = Field(default=1_048_576, ge=1, description="most value bytes one poll returns")
+    poll_max_wait_s: float = Field(default=30.0, ge=0, description="longest long-poll wait a request may ask for")
+
+
 class StackSettings(_Section):
-    broker_jars_dir: Path = Path("jars/broker")
+    broker_jars_dir: Path = Field(default_factory=lambda: _in_checkout("jars", "broker"))
     broker_heap: str = "1g"
     start_timeout_s: float = 90.0
     stop_timeout_s: float = 30.0
+    service_dir: Path = Field(
+        default=Path("/var/lib/wayline"),
+        description="run by root, the local PostgreSQL's binaries and data live here, owned by its system user",
+    )
 
 
 class Settings(BaseSettings):
@@ -212,6 +278,7 @@ class Settings(BaseSettings):
     delivery: DeliverySettings = DeliverySettings()
     stack: StackSettings = StackSettings()
     rules: RulesSettings = RulesSettings()
+    messaging: MessagingSettings = MessagingSettings()
 
     @classmethod
     def settings_customise_sources(
@@ -280,6 +347,7 @@ __all__ = [
     "RulesSettings",
     "EnvelopeSettings",
     "KafkaSettings",
+    "MessagingSettings",
     "PostgresSettings",
     "Settings",
     "SparkSettings",

@@ -2,17 +2,31 @@
 
 aiohttp's exceptions stop here: every network problem becomes a
 :class:`~wayline.delivery.transport.Failure` with a reason a customer can read.
+
+Every connection goes only to an address the operator's URL policy admits
+(:class:`~wayline.registry.urls.AddressPolicy`, the one that checked the URL when the
+endpoint was created): the session's resolver checks each address a host name resolves
+to, and the connector connects to exactly those addresses, so a DNS answer that changed
+since (rebinding) is refused too; a URL whose host is an address literal never reaches
+the resolver and is checked before the request. Redirects are never followed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ipaddress
+import socket
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import partial
 from types import TracebackType
 
 import aiohttp
+from aiohttp.abc import AbstractResolver, ResolveResult
+from yarl import URL
 
 from wayline.delivery.transport import Failure, FailureKind, Request, Response, Result
+from wayline.registry.urls import AddressPolicy
 
 DEFAULT_CONNECT_TIMEOUT_S = 5.0
 DEFAULT_KEEPALIVE_S = 30.0
@@ -33,6 +47,36 @@ class HttpSettings:
     max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
     dns_cache_s: int = DEFAULT_DNS_CACHE_S
     user_agent: str = USER_AGENT
+    allowed: AddressPolicy = AddressPolicy()
+    """Which non-public addresses may be reached; by default none."""
+
+
+class _AddressRefused(OSError):
+    """The URL policy refused an address a host resolved to; the message says why."""
+
+
+class _PolicyResolver(AbstractResolver):
+    """aiohttp's resolver, refusing a host if any address it resolves to is not admitted.
+
+    Refusing the whole host rather than dropping the bad addresses matches the check at
+    create time, which refuses such a URL outright.
+    """
+
+    def __init__(self, policy: AddressPolicy) -> None:
+        self._policy = policy
+        self._inner = aiohttp.DefaultResolver()
+
+    async def resolve(self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+                      ) -> list[ResolveResult]:
+        results = await self._inner.resolve(host, port, family)
+        for result in results:
+            refusal = self._policy.refusal(host, ipaddress.ip_address(result["host"]))
+            if refusal is not None:
+                raise _AddressRefused(refusal)
+        return results
+
+    async def close(self) -> None:
+        await self._inner.close()
 
 
 class AiohttpTransport:
@@ -47,6 +91,7 @@ class AiohttpTransport:
             limit=self._settings.max_connections,
             keepalive_timeout=self._settings.keepalive_s,
             ttl_dns_cache=self._settings.dns_cache_s,
+            resolver=_PolicyResolver(self._settings.allowed),
         )
         self._session = aiohttp.ClientSession(
             connector=connector,
@@ -77,13 +122,17 @@ class AiohttpTransport:
         )
         loop = asyncio.get_running_loop()
         started = loop.time()
+        refusal = _literal_refusal(endpoint.url, self._settings.allowed)
+        if refusal is not None:
+            return Failure(FailureKind.ADDRESS_REFUSED, refusal)
         try:
             async with self._session.post(
                 endpoint.url,
                 data=request.body,
                 headers=request.headers,
                 timeout=timeout,
-                # A redirect is a failure: following it would hide a stale endpoint URL.
+                # A redirect is a failure: following it would hide a stale endpoint URL,
+                # and would reach a URL the policy never checked.
                 allow_redirects=False,
             ) as response:
                 body = await _read_capped(response, self._settings.max_response_bytes)
@@ -100,7 +149,33 @@ class AiohttpTransport:
                 FailureKind.TIMEOUT, f"no response within {endpoint.timeout_s:g} s", loop.time() - started
             )
         except (aiohttp.ClientError, OSError) as exc:
+            refused = _refused_in(exc)
+            if refused is not None:
+                return Failure(FailureKind.ADDRESS_REFUSED, str(refused), loop.time() - started)
             return Failure(FailureKind.CONNECTION, _describe(exc), loop.time() - started)
+
+
+def transport_for(allow_list: Iterable[str]) -> Callable[[], AiohttpTransport]:
+    """A factory of transports that reach non-public addresses only as ``allow_list`` admits."""
+    return partial(AiohttpTransport, HttpSettings(allowed=AddressPolicy.of(allow_list)))
+
+
+def _literal_refusal(url: str, policy: AddressPolicy) -> str | None:
+    """Why the policy refuses the URL's host, when that host is an address (aiohttp resolves no literal)."""
+    try:
+        host = URL(url).host
+        address = ipaddress.ip_address(host or "")
+    except ValueError:
+        return None  # a host name, for the resolver; or no valid URL, which aiohttp reports
+    return policy.refusal(host or "", address)
+
+
+def _refused_in(exc: BaseException) -> _AddressRefused | None:
+    """The resolver's refusal, which aiohttp wraps in its own connection error."""
+    cause: BaseException | None = exc
+    while cause is not None and not isinstance(cause, _AddressRefused):
+        cause = cause.__cause__ or getattr(cause, "os_error", None)
+    return cause
 
 
 async def _read_capped(response: aiohttp.ClientResponse, limit: int) -> bytes:
@@ -128,4 +203,5 @@ __all__ = [
     "USER_AGENT",
     "AiohttpTransport",
     "HttpSettings",
+    "transport_for",
 ]

@@ -31,7 +31,7 @@ GONE = 410
 # (often a lock), too early, and too many requests.
 RETRYABLE_CLIENT_STATUSES = frozenset({408, 409, 425, 429})
 RETRY_AFTER_STATUSES = frozenset({429, 503})
-_PERMANENT_FAILURES = frozenset({FailureKind.INVALID_REQUEST})
+_PERMANENT_FAILURES = frozenset({FailureKind.INVALID_REQUEST, FailureKind.ADDRESS_REFUSED})
 
 
 class Verdict(StrEnum):

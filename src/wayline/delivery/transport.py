@@ -105,6 +105,11 @@ class FailureKind(StrEnum):
     """Not sent: the endpoint's credentials (an OAuth2 token) could not be obtained."""
     INVALID_REQUEST = "invalid_request"
     """Can never be sent as it stands (a malformed URL)."""
+    ADDRESS_REFUSED = "address_refused"
+    """Not sent: the endpoint's host is, or resolves to, a non-public address the operator's
+    allow-list does not admit. Permanent, like a malformed URL: a configuration problem of the
+    endpoint that retrying will not fix; the message is dead-lettered at once with the reason,
+    and can be replayed once the URL or the allow-list changes."""
 
 
 @dataclass(frozen=True, slots=True)

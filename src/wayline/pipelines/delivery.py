@@ -54,11 +54,11 @@ from wayline.delivery.outcomes import BatchSummary, Tally
 from wayline.delivery.stage import StageSettings
 from wayline.delivery.targets import Target, target_of
 from wayline.pipelines.batching import BATCH_TOPIC_CONFIG, bundles, chunk_batch_pairs, full_batches, start_batching
-from wayline.pipelines.envelope import ENVELOPE_COLUMNS, parse_events, quarantine_records
+from wayline.pipelines.envelope import ENVELOPE_COLUMNS, parse_events
 from wayline.pipelines.matching import match_events, match_keys_frame
 from wayline.pipelines.micro_batch import concise_failures
 from wayline.pipelines.sending import PartitionSender, send, task_settings
-from wayline.pipelines.source import read_kafka, write_to_kafka
+from wayline.pipelines.source import read_kafka, write_quarantine, write_to_kafka
 from wayline.registry import subscription
 from wayline.registry.access import Caller
 from wayline.registry.db import Database
@@ -198,7 +198,7 @@ def deliver_micro_batch(
         quarantined = Counter({reason: count for reason, count in by_reason.items() if reason is not None})
         if quarantined:
             with timed(phases, "quarantine"):
-                write_to_kafka(quarantine_records(parsed, settings.kafka.quarantine_topic), settings)
+                write_quarantine(parsed, settings)
         pairs = match_events(events_with_bodies(parsed), live.keys, live.snapshot).join(
             F.broadcast(live.routes), "subscription_id",
         ).persist()
@@ -230,13 +230,16 @@ def deliver_micro_batch(
     )
 
 
+GONE_REASON = "its endpoint answered 410 Gone"
+
+
 def disable_gone(database: Database, subscription_ids: set[str]) -> None:
     """Disable the subscriptions whose endpoint answered 410 Gone (the version bump swaps them out)."""
     for subscription_id in sorted(subscription_ids):
         try:
             with database.transaction() as session:
                 subscription.update(session, DELIVERY_CALLER, subscription_id,
-                                    subscription.SubscriptionPatch(enabled=False))
+                                    subscription.SubscriptionPatch(enabled=False, disabled_reason=GONE_REASON))
         except RejectedInput as exc:
             # Deleted meanwhile, or no longer valid as it stands: its 410s keep being handed over.
             _log.warning("could not disable subscription %s after 410 Gone: %s", subscription_id, exc)

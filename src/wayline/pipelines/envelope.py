@@ -24,6 +24,8 @@ from wayline.core.envelope import (
     SPEC_VERSION,
     SUBTENANT,
     TENANT,
+    TIME_PATTERN,
+    TRUNCATED_HEADER,
     Reason,
     missing_detail,
     oversize_detail,
@@ -103,7 +105,8 @@ def parse_events(kafka: DataFrame, *, max_bytes: int) -> DataFrame:
     for name in REQUIRED_ATTRIBUTES:
         any_missing = any_missing | F.col(name).isNull()
     reparsed = F.try_parse_json(text)
-    event_time = F.col("time").try_cast("timestamp")
+    # Only a time matching the reference's pattern is cast: Spark's cast alone takes "2025".
+    event_time = F.when(F.col("time").rlike(TIME_PATTERN), F.upper("time").try_cast("timestamp"))
     reason = (
         F.when(F.col("_size") == 0, F.lit(Reason.EMPTY.value))
         .when(F.col("_size") > max_bytes, F.lit(Reason.OVERSIZE.value))
@@ -137,8 +140,36 @@ def valid_events(parsed: DataFrame) -> DataFrame:
     return parsed.where(F.col("reason").isNull()).select(*ENVELOPE_COLUMNS, "topic", "partition", "offset")
 
 
-def quarantine_records(parsed: DataFrame, quarantine_topic: str) -> DataFrame:
-    """Bad records as the Kafka sink writes them: original key, value and headers, plus why."""
+# Kafka's own upper bound of a record's size in a batch of one: the batch header (61
+# bytes), the record's framing (at most 21), the key, value and header-count varints (5
+# each), and per header its two length varints (5 each).
+_RECORD_OVERHEAD = 61 + 21 + 3 * 5
+_HEADER_OVERHEAD = 2 * 5
+
+
+def _octets(column: Column) -> Column:
+    return F.coalesce(F.octet_length(column), F.lit(0))
+
+
+def _record_bytes(key: Column, value: Column, headers: Column) -> Column:
+    """At least what Kafka's producer counts for this record against ``max.request.size``."""
+    header_bytes = F.aggregate(
+        headers, F.lit(0).cast("long"),
+        lambda total, h: total + _HEADER_OVERHEAD + _octets(h["key"]) + _octets(h["value"]),
+    )
+    return F.lit(_RECORD_OVERHEAD) + _octets(key) + _octets(value) + header_bytes
+
+
+def quarantine_records(parsed: DataFrame, quarantine_topic: str, max_bytes: int) -> DataFrame:
+    """Bad records as the Kafka sink writes them: original key, value and headers, plus why.
+
+    A copy that would exceed ``max_bytes`` (the producer's and broker's limit, less a
+    margin) would be refused by Kafka and stop the query on every restart; it carries
+    instead a JSON reference to the original (topic, partition, offset) as its value, the
+    key if it fits, none of the original headers, and a ``TRUNCATED_HEADER`` saying why.
+    The boolean column ``truncated`` marks those copies, for counting; the Kafka sink
+    does not take it, so drop it before writing.
+    """
 
     def header(name: str, value: Column) -> Column:
         return F.struct(F.lit(name).alias("key"), value.cast("binary").alias("value"))
@@ -151,11 +182,30 @@ def quarantine_records(parsed: DataFrame, quarantine_topic: str) -> DataFrame:
         header(SOURCE_OFFSET_HEADER, F.col("offset").cast("string")),
     )
     original = F.coalesce(F.col("headers"), F.array().cast("array<struct<key:string,value:binary>>"))
-    return parsed.where(F.col("reason").isNotNull()).select(
+    copies = parsed.where(F.col("reason").isNotNull()).select(
+        "key", "value", "topic", "partition", "offset",
+        added.alias("_added"), F.concat(original, added).alias("_headers"),
+    )
+    copies = copies.select("*", _record_bytes(F.col("key"), F.col("value"), F.col("_headers")).alias("_bytes"))
+    fits = F.col("_bytes") <= F.lit(max_bytes)
+    why = F.concat(
+        F.lit("the copy would be "), F.col("_bytes").cast("string"),
+        F.lit(f" bytes, over the {max_bytes}-byte limit (kafka.quarantine_max_bytes); "
+              "its value and headers are left out: read the original at the source topic, partition and offset"),
+    )
+    reference = copies.select(
+        "*",
+        F.to_json(F.struct("topic", "partition", "offset")).cast("binary").alias("_reference"),
+        F.concat(F.col("_added"), F.array(header(TRUNCATED_HEADER, why))).alias("_reference_headers"),
+    )
+    # A reference copy keeps the key if it still fits with it (a huge key would not).
+    key_fits = _record_bytes(F.col("key"), F.col("_reference"), F.col("_reference_headers")) <= F.lit(max_bytes)
+    return reference.select(
         F.lit(quarantine_topic).alias("topic"),
-        "key",
-        "value",
-        F.concat(original, added).alias("headers"),
+        F.when(fits | key_fits, F.col("key")).alias("key"),
+        F.when(fits, F.col("value")).otherwise(F.col("_reference")).alias("value"),
+        F.when(fits, F.col("_headers")).otherwise(F.col("_reference_headers")).alias("headers"),
+        (~fits).alias("truncated"),
     )
 
 

@@ -13,6 +13,7 @@ from functools import reduce
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 
+from wayline.core.variant import json_path
 from wayline.registry.filter import COMPARISONS, DATA_FIELD, Affix, And, Compare, Exists, Filter, In, Kind, Not, Or, Path
 
 
@@ -54,7 +55,7 @@ def _field(path: Path) -> Column:
     """The envelope column, or for a data path the VARIANT there (SQL NULL when missing)."""
     if path.field != DATA_FIELD:
         return F.col(path.field)
-    return F.variant_get(F.col(DATA_FIELD), _json_path(path.steps), "variant")
+    return F.variant_get(F.col(DATA_FIELD), json_path(path.steps), "variant")
 
 
 def _absent(path: Path) -> Column:
@@ -78,15 +79,6 @@ def _typed(path: Path, kind: Kind) -> Column:
     schema = F.schema_of_variant(found)
     same_type = ~schema.isin("STRING", "BOOLEAN") if kind == "number" else schema == "BOOLEAN"
     return F.when(value.isNotNull() & same_type, value)
-
-
-def _json_path(steps: tuple[str | int, ...]) -> str:
-    # Spark's variant paths have no escapes: a key is quoted with the quote it does not
-    # contain (parsing rejected keys with both), so no key can end its quotes early.
-    return "$" + "".join(
-        f"[{step}]" if isinstance(step, int) else (f"['{step}']" if "'" not in step else f'["{step}"]')
-        for step in steps
-    )
 
 
 __all__ = ["to_column"]

@@ -15,8 +15,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from wayline.core.settings import Settings
-from wayline.pipelines.envelope import parse_events, quarantine_records
-from wayline.pipelines.source import read_kafka, write_to_kafka
+from wayline.pipelines.envelope import parse_events
+from wayline.pipelines.source import read_kafka, write_quarantine
 
 
 @dataclass
@@ -25,11 +25,14 @@ class InspectCounts:
 
     per_type: Counter[str] = field(default_factory=Counter)
     per_reason: Counter[str] = field(default_factory=Counter)
+    truncated: int = 0
+    """Quarantine copies too large for Kafka, written as a reference to their original."""
     batches: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def add(self, rows: list[tuple[str | None, str | None, int]]) -> None:
+    def add(self, rows: list[tuple[str | None, str | None, int]], truncated: int = 0) -> None:
         with self._lock:
+            self.truncated += truncated
             for reason, event_type, count in rows:
                 if reason is None:
                     self.per_type[event_type or ""] += count
@@ -62,9 +65,8 @@ def start_inspect(
         parsed = parse_events(batch, max_bytes=settings.envelope.max_bytes).persist()
         try:
             rows = [(r["reason"], r["type"], r["count"]) for r in parsed.groupBy("reason", "type").count().collect()]
-            if any(reason is not None for reason, _, _ in rows):
-                write_to_kafka(quarantine_records(parsed, settings.kafka.quarantine_topic), settings)
-            counts.add(rows)
+            truncated = write_quarantine(parsed, settings) if any(reason is not None for reason, _, _ in rows) else 0
+            counts.add(rows, truncated)
         finally:
             parsed.unpersist()
 

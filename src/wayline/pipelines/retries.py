@@ -42,7 +42,7 @@ from wayline.core.kafka import ensure_topics
 from wayline.core.settings import Settings
 from wayline.delivery.storage.drain import Failing, RetryQueue, run_retry_stage
 from wayline.delivery.holder import SnapshotHolder
-from wayline.delivery.http_client import AiohttpTransport
+from wayline.delivery.http_client import transport_for
 from wayline.delivery.metrics import DeliveryMetrics
 from wayline.delivery.operations import OperationsProducer, dead_lettered_events, endpoint_disabled_event
 from wayline.delivery.outcomes import BatchSummary, Tally
@@ -98,9 +98,10 @@ class ShardDrainer:
         try:
             queue = RetryQueue(engine)
             tally = Tally()
+            transport = transport_for(self._settings.registry.url_allow_list)
             for shard in shards:
                 claims = queue.claim(shard, self._shards, self._claim_limit, self._lease, datetime.now(timezone.utc))
-                tally.merge(run_retry_stage(claims, self._targets.value, queue, AiohttpTransport, self._stage))
+                tally.merge(run_retry_stage(claims, self._targets.value, queue, transport, self._stage))
         finally:
             engine.dispose()
         yield pa.RecordBatch.from_pylist(tally.rows(), schema=TALLY_SCHEMA)

@@ -24,9 +24,9 @@ from pyspark import Broadcast
 from pyspark.sql import DataFrame
 from pyspark.sql.pandas.types import from_arrow_schema
 
-from wayline.core.settings import PostgresSettings, Settings
+from wayline.core.settings import PostgresSettings, RegistrySettings, Settings
 from wayline.delivery.attempt import Kind, Pending
-from wayline.delivery.http_client import AiohttpTransport
+from wayline.delivery.http_client import transport_for
 from wayline.delivery.outcomes import Outcome, Tally
 from wayline.delivery.stage import StageSettings, run_stage
 from wayline.delivery.storage.store import PostgresDeliveryStore
@@ -76,7 +76,8 @@ class PartitionSender:
         engine = make_engine(self._settings.postgres_dsn())
         try:
             tally = run_stage(
-                pendings, self._targets.value, PostgresDeliveryStore(engine), AiohttpTransport, self._stage,
+                pendings, self._targets.value, PostgresDeliveryStore(engine),
+                transport_for(self._settings.registry.url_allow_list), self._stage,
                 failing=self._failing,
             )
         finally:
@@ -86,8 +87,12 @@ class PartitionSender:
 
 def task_settings(settings: Settings) -> Settings:
     """What the sending tasks get of the settings: the database address, resolved here on
-    the driver (executors have no local stack file), and nothing else — no encryption keys."""
-    return Settings.model_construct(postgres=PostgresSettings(dsn=SecretStr(settings.postgres_dsn())))
+    the driver (executors have no local stack file), and the URL allow-list their transports
+    enforce at connect time; nothing else — no encryption keys."""
+    return Settings.model_construct(
+        postgres=PostgresSettings(dsn=SecretStr(settings.postgres_dsn())),
+        registry=RegistrySettings(url_allow_list=settings.registry.url_allow_list),
+    )
 
 
 def send(deliveries: DataFrame, sender: PartitionSender, partitions: int) -> Tally:

@@ -28,6 +28,11 @@ class Caller:
     def is_admin(self) -> bool:
         return self.customer_id is None
 
+    @property
+    def disabled_by(self) -> str:
+        """The reason recorded when this caller disables something without giving one."""
+        return f"disabled by {'an operator' if self.is_admin else 'the customer'}"
+
     def require_admin(self) -> None:
         if not self.is_admin:
             raise Forbidden("this operation needs an admin key")

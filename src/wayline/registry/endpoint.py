@@ -16,7 +16,7 @@ from wayline.core.errors import NotFound, RejectedInput
 from wayline.core.settings import Settings
 from wayline.registry.access import Caller, Page, owned, page, scoped
 from wayline.registry.ids import new_id
-from wayline.registry.models import Customer, Endpoint, SigningSecret
+from wayline.registry.models import Customer, Endpoint, SigningSecret, Subscription
 from wayline.core.secret import Secret
 from wayline.registry.secrets import SecretBox
 from wayline.registry.urls import Resolver, check_endpoint_url, resolve
@@ -118,6 +118,12 @@ class EndpointPatch(BaseModel):
     disabled_reason: str | None = Field(default=None, max_length=500)
 
 
+class DisabledSubscription(BaseModel):
+    id: str
+    disabled_reason: str | None
+    disabled_at: datetime | None
+
+
 class EndpointOut(BaseModel):
     id: str
     customer_id: str
@@ -132,8 +138,15 @@ class EndpointOut(BaseModel):
     enabled: bool
     disabled_reason: str | None
     disabled_at: datetime | None
+    disabled_subscriptions: list[DisabledSubscription] = Field(
+        description="its subscriptions that are disabled, and why (a 410 Gone disables one, not the endpoint)"
+    )
     created_at: datetime
     updated_at: datetime
+
+
+class EndpointCreated(EndpointOut):
+    secret: str = Field(description="the signing secret, shown here once; later from GET /endpoints/{id}/secrets")
 
 
 class SecretOut(BaseModel):
@@ -160,10 +173,12 @@ class EndpointService:
         self._resolver = resolver
 
     @classmethod
-    def from_settings(cls, settings: Settings, resolver: Resolver = resolve) -> EndpointService:
-        """The service as the deployment configures it: its encryption keys and URL policy."""
+    def from_settings(cls, settings: Settings, resolver: Resolver = resolve,
+                      box: SecretBox | None = None) -> EndpointService:
+        """The service as the deployment configures it: its encryption keys (``box``, when the
+        caller holds them already) and URL policy."""
         return cls(
-            SecretBox.from_settings(settings),
+            box or SecretBox.from_settings(settings),
             list(settings.registry.url_allow_list),
             timedelta(seconds=settings.registry.secret_overlap_s),
             resolver,
@@ -188,17 +203,20 @@ class EndpointService:
             return NoAuth()
         return _AUTH.validate_python(orjson.loads(self._box.open(row.auth_encrypted)))
 
-    def out(self, row: Endpoint) -> EndpointOut:
+    def out(self, session: Session, row: Endpoint) -> EndpointOut:
+        return self._out(row, _disabled_subscriptions(session, [row.id]).get(row.id, []))
+
+    def _out(self, row: Endpoint, disabled: list[DisabledSubscription]) -> EndpointOut:
         public = self.auth_of(row).model_dump(exclude={"password", "token", "client_secret"})
         return EndpointOut(
             id=row.id, customer_id=row.customer_id, url=row.url, description=row.description, auth=public,
             timeout_ms=row.timeout_ms, max_in_flight=row.max_in_flight, rate_limit_per_s=row.rate_limit_per_s,
             retry_schedule_s=row.retry_schedule_s, retry_statuses=row.retry_statuses,
             enabled=row.enabled, disabled_reason=row.disabled_reason, disabled_at=row.disabled_at,
-            created_at=row.created_at, updated_at=row.updated_at,
+            disabled_subscriptions=disabled, created_at=row.created_at, updated_at=row.updated_at,
         )
 
-    def create(self, session: Session, caller: Caller, body: EndpointIn) -> EndpointOut:
+    def create(self, session: Session, caller: Caller, body: EndpointIn) -> EndpointCreated:
         customer_id = caller.owner_for(body.customer_id)
         if session.get(Customer, customer_id) is None:
             raise NotFound(f"customer {customer_id} not found")
@@ -211,20 +229,19 @@ class EndpointService:
         )
         session.add(row)
         session.flush()
-        session.add(SigningSecret(
-            id=new_id("secret"), endpoint_id=row.id,
-            secret_encrypted=self._box.seal((body.secret or _new_secret()).encode()),
-        ))
+        secret = body.secret or _new_secret()
+        session.add(SigningSecret(id=new_id("secret"), endpoint_id=row.id, secret_encrypted=self._box.seal(secret.encode())))
         session.flush()
         session.refresh(row)
-        return self.out(row)
+        return EndpointCreated(**self._out(row, []).model_dump(), secret=secret)
 
     def get(self, session: Session, caller: Caller, endpoint_id: str) -> EndpointOut:
-        return self.out(owned(session, Endpoint, endpoint_id, caller, "endpoint"))
+        return self.out(session, owned(session, Endpoint, endpoint_id, caller, "endpoint"))
 
     def list_(self, session: Session, caller: Caller, cursor: str | None, limit: int, max_limit: int) -> Page[EndpointOut]:
         rows, next_cursor = page(session, scoped(select(Endpoint), Endpoint, caller), Endpoint.id, cursor, limit, max_limit)
-        return Page[EndpointOut](data=[self.out(r) for r in rows], next_cursor=next_cursor)
+        disabled = _disabled_subscriptions(session, [r.id for r in rows])
+        return Page[EndpointOut](data=[self._out(r, disabled.get(r.id, [])) for r in rows], next_cursor=next_cursor)
 
     def update(self, session: Session, caller: Caller, endpoint_id: str, body: EndpointPatch) -> EndpointOut:
         row = owned(session, Endpoint, endpoint_id, caller, "endpoint")
@@ -239,11 +256,11 @@ class EndpointService:
             row.enabled, row.disabled_reason, row.disabled_at = True, None, None
         elif body.enabled is False:
             row.enabled = False
-            row.disabled_reason = body.disabled_reason or f"disabled by {'an operator' if caller.is_admin else 'the customer'}"
+            row.disabled_reason = body.disabled_reason or caller.disabled_by
             row.disabled_at = datetime.now(timezone.utc)
         row.updated_at = datetime.now(timezone.utc)
         session.flush()
-        return self.out(row)
+        return self.out(session, row)
 
     def delete(self, session: Session, caller: Caller, endpoint_id: str) -> None:
         session.delete(owned(session, Endpoint, endpoint_id, caller, "endpoint"))
@@ -281,7 +298,23 @@ class EndpointService:
         return self.secrets(session, caller, endpoint_id, now)
 
 
+def _disabled_subscriptions(session: Session, endpoint_ids: list[str]) -> dict[str, list[DisabledSubscription]]:
+    """The disabled subscriptions of these endpoints, by endpoint, in one query."""
+    found: dict[str, list[DisabledSubscription]] = {}
+    if not endpoint_ids:
+        return found
+    rows = session.execute(
+        select(Subscription.endpoint_id, Subscription.id, Subscription.disabled_reason, Subscription.disabled_at)
+        .where(Subscription.endpoint_id.in_(endpoint_ids), Subscription.enabled.is_(False))
+        .order_by(Subscription.id)
+    )
+    for endpoint_id, subscription_id, reason, at in rows:
+        found.setdefault(endpoint_id, []).append(DisabledSubscription(id=subscription_id, disabled_reason=reason, disabled_at=at))
+    return found
+
+
 __all__ = [
-    "BasicAuth", "BearerAuth", "EndpointAuth", "EndpointIn", "EndpointOut", "EndpointPatch", "EndpointService",
+    "BasicAuth", "BearerAuth", "DisabledSubscription", "EndpointAuth", "EndpointCreated", "EndpointIn", "EndpointOut",
+    "EndpointPatch", "EndpointService",
     "NoAuth", "OAuth2Auth", "RotateIn", "SecretOut",
 ]

@@ -84,7 +84,8 @@ Spark and Python agree on every event.
 
 Limits
 ------
-At most 8 nested filter objects, 100 operators (each operator and each bare value counts
+At most ``registry.max_filter_bytes`` bytes of JSON (64 KiB by default) and
+``registry.max_filter_depth`` nested filter objects (8 by default; 32 at most), 100 operators (each operator and each bare value counts
 once), 500 values in one ``$in``/``$nin``, strings of 1,000 characters, and
 paths of 256 characters or 32 steps. An invalid filter raises `RejectedInput` naming the
 place and the problem, e.g. ``$or[1].data.currency: unknown operator "$inn"``.
@@ -101,13 +102,17 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Literal, TypeAlias
 
+from wayline.core.envelope import parse_time
 from wayline.core.errors import RejectedInput
+from wayline.core.settings import Settings
 
 STRING_FIELDS = ("id", "source", "type", "subject", "tenantid", "subtenantid")
 TIME_FIELD = "time"
 DATA_FIELD = "data"
 
 MAX_DEPTH = 8
+# The deepest any deployment may allow (registry.max_filter_depth): stored filters parse with it.
+DEEPEST = 32
 MAX_OPERATORS = 100
 MAX_LIST_VALUES = 500
 MAX_STRING_LENGTH = 1000
@@ -189,20 +194,46 @@ COMPARISONS: Mapping[CompareOp, Callable[[Any, Any], Any]] = {
     "$eq": operator.eq, "$gt": operator.gt, "$gte": operator.ge, "$lt": operator.lt, "$lte": operator.le,
 }
 _STEP = re.compile(r"\.([^.\[\]]+)|\[(\d{1,6})\]")
-_RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})")
 
 
 # --- Parsing -------------------------------------------------------------------------
 
 
-def parse_filter(obj: object) -> Filter:
-    """Validate a decoded JSON filter into its syntax tree; `RejectedInput` says what is wrong and where."""
-    return _Parser().filter(obj, "", 1)
+@dataclass(frozen=True)
+class FilterLimits:
+    """How large a new filter may be (registry.max_filter_bytes, registry.max_filter_depth).
+
+    The per-operator limits alone multiply out to megabytes, and every filter rides in each
+    delivery job's registry snapshot: the whole filter is capped too."""
+
+    max_bytes: int
+    max_depth: int
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> FilterLimits:
+        return cls(settings.registry.max_filter_bytes, settings.registry.max_filter_depth)
+
+    def check(self, obj: object) -> Filter:
+        """Parse a filter submitted now, within these limits."""
+        size = len(json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass"))
+        if size > self.max_bytes:
+            raise _rejected("", f"the filter is {size:,} bytes of JSON; at most {self.max_bytes:,} bytes are allowed "
+                                "(split it across subscriptions, or filter on fewer, shorter values)")
+        return parse_filter(obj, self.max_depth)
+
+
+def parse_filter(obj: object, max_depth: int = MAX_DEPTH) -> Filter:
+    """Validate a decoded JSON filter into its syntax tree; `RejectedInput` says what is wrong and where.
+
+    New filters go through `FilterLimits.check`; stored ones parse with ``DEEPEST``, which
+    admits whatever any deployment's limits did."""
+    return _Parser(max_depth).filter(obj, "", 1)
 
 
 class _Parser:
-    def __init__(self) -> None:
+    def __init__(self, max_depth: int) -> None:
         self.operators = 0
+        self.max_depth = max_depth
 
     def count(self, where: str) -> None:
         self.operators += 1
@@ -210,8 +241,8 @@ class _Parser:
             raise _rejected(where, f"the filter has more than {MAX_OPERATORS} operators")
 
     def filter(self, obj: object, where: str, depth: int) -> Filter:
-        if depth > MAX_DEPTH:
-            raise _rejected(where, f"filters nest more than {MAX_DEPTH} levels deep")
+        if depth > self.max_depth:
+            raise _rejected(where, f"filters nest more than {self.max_depth} levels deep")
         if not isinstance(obj, dict):
             raise _rejected(where, f"expected a filter object, got {_describe(obj)}")
         if not obj and where:
@@ -284,8 +315,8 @@ class _Parser:
                     raise _rejected(at, f"expected a string, got {_describe(arg)}")
                 return Affix(path, op, _text(arg, at))
             case _:  # "$not"
-                if depth + 1 > MAX_DEPTH:
-                    raise _rejected(at, f"filters nest more than {MAX_DEPTH} levels deep")
+                if depth + 1 > self.max_depth:
+                    raise _rejected(at, f"filters nest more than {self.max_depth} levels deep")
                 if not isinstance(arg, dict):
                     raise _rejected(at, f'expected an object of operators such as {{"$gt": 5}}, got {_describe(arg)}')
                 return Not(self.field(path, arg, at, depth + 1))
@@ -374,12 +405,9 @@ def _text(raw: str, where: str) -> str:
 
 
 def _timestamp(raw: object, where: str) -> datetime:
-    if isinstance(raw, str) and _RFC3339.fullmatch(raw):
-        try:
-            # Python keeps microseconds and drops finer digits, as Spark's timestamps do.
-            return datetime.fromisoformat(raw.upper())
-        except ValueError:
-            pass
+    instant = parse_time(raw) if isinstance(raw, str) else None
+    if instant is not None:
+        return instant
     raise _rejected(
         where, f'time compares with RFC 3339 timestamps such as "2025-01-31T12:00:00Z", got {_describe(raw)}'
     )
@@ -508,8 +536,10 @@ __all__ = [
     "Compare",
     "CompareOp",
     "DATA_FIELD",
+    "DEEPEST",
     "Exists",
     "Filter",
+    "FilterLimits",
     "In",
     "Kind",
     "MAX_DEPTH",

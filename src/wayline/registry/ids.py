@@ -15,6 +15,7 @@ PREFIXES = {
     "dead_letter": "dl",
     "test_event": "evt_test",
     "rule": "rule",
+    "topic_grant": "tg",
 }
 
 

@@ -6,7 +6,8 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
-    ARRAY, BigInteger, Boolean, DateTime, Float, ForeignKey, Integer, LargeBinary, SmallInteger, String, Text, func,
+    ARRAY, BigInteger, Boolean, DateTime, Float, ForeignKey, Identity, Integer, LargeBinary, SmallInteger, String, Text,
+    func,
 )
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -113,12 +114,15 @@ class Subscription(Base):
     max_count: Mapped[int | None] = mapped_column(Integer)
     max_wait_ms: Mapped[int | None] = mapped_column(Integer)
     enabled: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default="true")
+    disabled_reason: Mapped[str | None] = mapped_column(Text)
+    disabled_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     created_at: Mapped[datetime] = _now()
     updated_at: Mapped[datetime] = _now()
 
 
 class IdempotentResponse(Base):
-    """The first answer to a create sent with an Idempotency-Key, replayed for repeats."""
+    """The first answer to a create sent with an Idempotency-Key, replayed for repeats;
+    without its secret fields, and deleted once older than api.idempotency_ttl_s."""
 
     __tablename__ = "idempotent_responses"
     api_key_id: Mapped[str] = mapped_column(String(40), primary_key=True)
@@ -126,7 +130,17 @@ class IdempotentResponse(Base):
     request_hash: Mapped[str] = mapped_column(String(64), nullable=False)
     status_code: Mapped[int] = mapped_column(Integer, nullable=False)
     body: Mapped[Any] = mapped_column(JSONB, nullable=False)
-    created_at: Mapped[datetime] = _now()
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now(), nullable=False,
+                                                 index=True)
+
+
+class TestEventSend(Base):
+    """One test event sent to an endpoint (POST /endpoints/{id}/test), kept a minute for its rate limit."""
+
+    __tablename__ = "test_event_sends"
+    id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
+    endpoint_id: Mapped[str] = mapped_column(ForeignKey("endpoints.id", ondelete="CASCADE"), nullable=False)
+    sent_at: Mapped[datetime] = _now()
 
 
 class RulesVersion(Base):
@@ -164,5 +178,5 @@ VERSIONED_TABLES = ("customers", "tenants", "event_types", "endpoints", "signing
 __all__ = [
     "ApiKey", "Base", "Customer", "Endpoint", "EventType", "IdempotentResponse", "RegistryVersion", "Rule",
     "RulesVersion",
-    "SigningSecret", "Subscription", "Tenant", "VERSIONED_TABLES",
+    "SigningSecret", "TestEventSend", "Subscription", "Tenant", "VERSIONED_TABLES",
 ]

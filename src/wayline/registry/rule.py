@@ -15,6 +15,7 @@ Every change bumps the rules version (a trigger on the table), which the job pol
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Literal
 
@@ -24,10 +25,12 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from wayline.core.errors import Conflict, NotFound, RejectedInput
+from wayline.core.settings import Settings
 from wayline.registry.access import Caller, Page, page
 from wayline.registry.ids import new_id
 from wayline.registry.models import Rule, RulesVersion
 from wayline.rules.rule import CompiledRule, compile_rule, key_name, parse_key
+from wayline.rules.window import WindowKind
 
 Status = Literal["running", "stopped", "quarantined"]
 TOPIC_PATTERN = r"^[A-Za-z0-9._-]{1,249}$"
@@ -79,22 +82,70 @@ class RuleOut(BaseModel):
     updated_at: datetime
 
 
+@dataclass(frozen=True)
+class RulePolicy:
+    """What the deployment allows a rule, from the settings: budgets, window fan-out, topics."""
+
+    state_budget: int
+    time_budget_ms: int
+    max_windows_per_event: int
+    # Wayline's own topics: a rule writing there would forge events, quarantine records or rules.
+    reserved_topics: frozenset[str]
+    reserved_prefix: str
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> RulePolicy:
+        return cls(
+            state_budget=settings.rules.default_state_budget,
+            time_budget_ms=settings.rules.default_time_budget_ms,
+            max_windows_per_event=settings.rules.max_windows_per_event,
+            reserved_topics=frozenset({
+                settings.kafka.quarantine_topic, settings.rules.control_topic, settings.delivery.batch_topic,
+                settings.delivery.operations_topic,
+            }),
+            reserved_prefix=settings.kafka.event_topic_prefix,
+        )
+
+    def check_topic(self, topic: str) -> None:
+        if topic in self.reserved_topics or topic.startswith((self.reserved_prefix, "__")):
+            raise RejectedInput(
+                f"output_topic: {topic} is one of Wayline's own topics (its event topics {self.reserved_prefix}*, "
+                f"{', '.join(sorted(self.reserved_topics))} and Kafka's __*); choose another"
+            )
+
+    def compile(self, sql: str, partition_key: list[str] | None) -> CompiledRule:
+        """The submit-time check: the rule compiles, and its windows stay within the fan-out limit."""
+        compiled = compile_definition(sql, partition_key)
+        window = compiled.window
+        if window is not None and window.kind is WindowKind.FIXED:
+            fan_out = window.size // window.slide
+            if fan_out > self.max_windows_per_event:
+                raise RejectedInput(
+                    f"window(...): a window of {window.size} sliding by {window.slide} puts each event into "
+                    f"{fan_out:,} windows; at most {self.max_windows_per_event:,} windows per event "
+                    "(rules.max_windows_per_event): slide by more"
+                )
+        return compiled
+
+
 def compile_definition(sql: str, partition_key: list[str] | None) -> CompiledRule:
-    """The submit-time check, also used by the control topic and the CLI."""
+    """Check and compile a rule's SQL and partition key (the job recompiles stored rules with it)."""
     key = tuple(parse_key(text) for text in partition_key) if partition_key is not None else None
     return compile_rule(sql, key)
 
 
-def create(session: Session, caller: Caller, body: RuleIn, state_budget: int, time_budget_ms: int) -> RuleOut:
+def create(session: Session, caller: Caller, body: RuleIn, policy: RulePolicy) -> RuleOut:
     caller.require_admin()
-    compiled = compile_definition(body.sql, body.partition_key)
+    compiled = policy.compile(body.sql, body.partition_key)
+    policy.check_topic(body.output_topic)
     if session.scalar(select(Rule.id).where(Rule.name == body.name)) is not None:
         raise Conflict(f"name: a rule named {body.name} exists already")
     row = Rule(
         id=new_id("rule"), name=body.name, sql=body.sql, kind=compiled.kind.value,
         partition_key=[key_name(path) for path in compiled.partition_key],
         output_topic=body.output_topic, output_type=body.output_type,
-        state_budget=body.state_budget or state_budget, time_budget_ms=body.time_budget_ms or time_budget_ms,
+        state_budget=body.state_budget or policy.state_budget,
+        time_budget_ms=body.time_budget_ms or policy.time_budget_ms,
         enabled=body.enabled, status="running" if body.enabled else "stopped", quarantines=0, revision=1,
     )
     session.add(row)
@@ -121,7 +172,7 @@ def list_(session: Session, caller: Caller, cursor: str | None, limit: int, max_
     return Page[RuleOut](data=[RuleOut.model_validate(r) for r in rows], next_cursor=next_cursor)
 
 
-def update(session: Session, caller: Caller, rule_id: str, body: RulePatch) -> RuleOut:
+def update(session: Session, caller: Caller, rule_id: str, body: RulePatch, policy: RulePolicy) -> RuleOut:
     caller.require_admin()
     row = _row(session, rule_id)
     changes = body.model_dump(exclude_unset=True)
@@ -132,11 +183,13 @@ def update(session: Session, caller: Caller, rule_id: str, body: RulePatch) -> R
     if "sql" in changes or "partition_key" in changes:
         sql = changes.get("sql", row.sql)
         # A partition key left out of the change follows the (possibly new) SQL.
-        compiled = compile_definition(sql, changes.get("partition_key"))
+        compiled = policy.compile(sql, changes.get("partition_key"))
         new_key = [key_name(path) for path in compiled.partition_key]
         if sql != row.sql or new_key != list(row.partition_key) or compiled.kind.value != row.kind:
             row.sql, row.kind, row.partition_key = sql, compiled.kind.value, new_key
             restart = True
+    if "output_topic" in changes:
+        policy.check_topic(changes["output_topic"])
     for name in ("output_topic", "output_type", "state_budget", "time_budget_ms"):
         if name in changes:
             setattr(row, name, changes[name])
@@ -180,18 +233,18 @@ def rules_version(session: Session) -> int:
     return int(session.scalar(select(RulesVersion.version).where(RulesVersion.id == 1)) or 0)
 
 
-def upsert(session: Session, caller: Caller, body: RuleIn, state_budget: int, time_budget_ms: int) -> RuleOut:
+def upsert(session: Session, caller: Caller, body: RuleIn, policy: RulePolicy) -> RuleOut:
     """Create the rule named ``body.name``, or change it to match ``body`` (the control topic)."""
     existing = session.scalar(select(Rule).where(Rule.name == body.name))
     if existing is None:
-        return create(session, caller, body, state_budget, time_budget_ms)
+        return create(session, caller, body, policy)
     patch = RulePatch(
         sql=body.sql, partition_key=body.partition_key, output_topic=body.output_topic,
         output_type=body.output_type, state_budget=body.state_budget or existing.state_budget,
         time_budget_ms=body.time_budget_ms or existing.time_budget_ms, enabled=body.enabled,
     )
     fields = set(RulePatch.model_fields) - ({"partition_key"} if body.partition_key is None else set())
-    return update(session, caller, existing.id, RulePatch(**patch.model_dump(include=fields)))
+    return update(session, caller, existing.id, RulePatch(**patch.model_dump(include=fields)), policy)
 
 
 def delete_by_name(session: Session, caller: Caller, name: str) -> bool:
@@ -211,6 +264,6 @@ def _row(session: Session, rule_id: str) -> Rule:
 
 
 __all__ = [
-    "RuleIn", "RuleOut", "RulePatch", "compile_definition", "create", "delete",
+    "RuleIn", "RuleOut", "RulePatch", "RulePolicy", "compile_definition", "create", "delete",
     "delete_by_name", "get", "list_", "quarantine", "rules_version", "running", "update", "upsert",
 ]

@@ -53,7 +53,7 @@ class ControlTopic:
         except KafkaException as exc:
             raise RetryLater(f"the rules control topic could not be read: {exc}") from exc
         done = 0
-        defaults = self.settings.rules
+        policy = rule.RulePolicy.from_settings(self.settings)
         for message in messages:
             if message.error():
                 continue
@@ -64,7 +64,7 @@ class ControlTopic:
                         rule.delete_by_name(session, ADMIN, name)
                     else:
                         body = rule.RuleIn.model_validate({**orjson.loads(message.value()), "name": name})
-                        rule.upsert(session, ADMIN, body, defaults.default_state_budget, defaults.default_time_budget_ms)
+                        rule.upsert(session, ADMIN, body, policy)
                 done += 1
             except (RejectedInput, ValidationError, orjson.JSONDecodeError) as exc:
                 reason = str(exc).splitlines()[0]

@@ -30,6 +30,7 @@ class SecretBox:
             raise ConfigError("no encryption key: set WAYLINE_REGISTRY__ENCRYPTION_KEYS")
         try:
             self._fernet = MultiFernet([Fernet(key) for key in keys])
+            self._fingerprint_key = hmac.new(keys[0], b"wayline fingerprint", hashlib.sha256).digest()
             # A Fernet token never changes its plaintext, so a rebuilt snapshot need not
             # decrypt its 10,000 secrets again (0.5 s of each build).
             self.open = functools.lru_cache(maxsize=100_000)(self._decrypt)  # type: ignore[method-assign]
@@ -40,6 +41,11 @@ class SecretBox:
     def from_settings(cls, settings: Settings) -> SecretBox:
         configured = [key.get_secret_value().encode() for key in settings.registry.encryption_keys]
         return cls(configured or [_local_key(settings.state_dir / "encryption.key")])
+
+    def fingerprint(self, data: bytes) -> str:
+        """A keyed hash of ``data`` (HMAC-SHA256 under a key derived from the newest encryption
+        key): it tells equal inputs apart without revealing them, even to a reader of the database."""
+        return hmac.new(self._fingerprint_key, data, hashlib.sha256).hexdigest()
 
     def seal(self, plaintext: bytes) -> bytes:
         return self._fernet.encrypt(plaintext)

@@ -25,7 +25,7 @@ from sqlalchemy.orm import Session
 
 from wayline.registry.catalog import OPERATIONAL_EVENT_TYPES
 from wayline.registry.endpoint import EndpointService
-from wayline.registry.filter import Filter, parse_filter
+from wayline.registry.filter import DEEPEST, Filter, parse_filter
 from wayline.registry.models import Endpoint, RegistryVersion
 
 ANY = "*"
@@ -135,7 +135,7 @@ def load_snapshot(session: Session, endpoints: EndpointService) -> Snapshot:
             filter_id = filter_ids.get(canonical)
             if filter_id is None:
                 filter_id = filter_ids[canonical] = len(filter_ids) + 1
-                filters[filter_id] = parse_filter(raw_filter)
+                filters[filter_id] = parse_filter(raw_filter, DEEPEST)
         subscriptions[sub_id] = CompiledSubscription(
             id=sub_id, endpoint_id=endpoint_id, customer_id=customer_id, mode=mode, max_count=max_count,
             max_wait_ms=max_wait_ms, filter=filters[filter_id] if filter_id else None, filter_id=filter_id,

@@ -23,7 +23,7 @@ from sqlalchemy.orm import Session
 from wayline.core.errors import Forbidden, NotFound, RejectedInput
 from wayline.registry.access import Caller, Page, owned, page, scoped
 from wayline.registry.catalog import OPERATIONAL_EVENT_TYPES
-from wayline.registry.filter import parse_filter
+from wayline.registry.filter import FilterLimits, parse_filter
 from wayline.registry.ids import new_id
 from wayline.registry.models import Customer, Endpoint, EventType, Subscription, Tenant
 
@@ -61,7 +61,7 @@ class SubscriptionIn(_Shape):
 
 
 class SubscriptionPatch(_Shape):
-    pass
+    disabled_reason: str | None = Field(default=None, max_length=500, description="with enabled: false, why")
 
 
 class SubscriptionOut(BaseModel):
@@ -78,6 +78,8 @@ class SubscriptionOut(BaseModel):
     max_count: int | None
     max_wait_ms: int | None
     enabled: bool
+    disabled_reason: str | None = Field(description="why it was disabled (e.g. its endpoint answered 410 Gone)")
+    disabled_at: datetime | None
     created_at: datetime
     updated_at: datetime
 
@@ -110,14 +112,8 @@ def _check_references(session: Session, caller: Caller, row: Subscription) -> No
             raise RejectedInput("tenant_scope: operational event types are delivered per customer; use 'all', "
                                 "which means every one of this customer's own")
     named = set(row.tenants) | {tenant for tenant, _ in row.subtenants}
-    if named:
-        catalog = {t.id: set(t.subtenants) for t in session.scalars(select(Tenant).where(Tenant.id.in_(named)))}
-        missing = sorted(named - set(catalog))
-        if missing:
-            raise RejectedInput(f"tenants: unknown tenant(s) {', '.join(missing[:10])}")
-        bad_pairs = [f"{t}/{s}" for t, s in row.subtenants if s not in catalog[t]]
-        if bad_pairs:
-            raise RejectedInput(f"subtenants: unknown sub-tenant(s) {', '.join(bad_pairs[:10])}")
+    # Ownership before existence: a customer asking for a tenant not its own learns nothing
+    # about whether that tenant exists.
     if caller.customer_id is not None:
         if row.tenant_scope == "all" and not operational:
             raise Forbidden("tenant_scope 'all' needs an admin key; list the tenants instead")
@@ -126,11 +122,26 @@ def _check_references(session: Session, caller: Caller, row: Subscription) -> No
         foreign = sorted(named - allowed)
         if foreign:
             raise Forbidden(f"tenants: this customer may not subscribe to {', '.join(foreign[:10])}")
-    if row.filter is not None:
-        parse_filter(row.filter)
+    if named:
+        catalog = {t.id: set(t.subtenants) for t in session.scalars(select(Tenant).where(Tenant.id.in_(named)))}
+        missing = sorted(named - set(catalog))
+        if missing:
+            raise RejectedInput(f"tenants: unknown tenant(s) {', '.join(missing[:10])}")
+        bad_pairs = [f"{t}/{s}" for t, s in row.subtenants if s not in catalog[t]]
+        if bad_pairs:
+            raise RejectedInput(f"subtenants: unknown sub-tenant(s) {', '.join(bad_pairs[:10])}")
 
 
-def create(session: Session, caller: Caller, body: SubscriptionIn) -> SubscriptionOut:
+def _check_filter(raw: dict[str, Any] | None, limits: FilterLimits | None) -> None:
+    """A filter submitted now: within the deployment's limits (None: the language's own only)."""
+    if raw is not None:
+        if limits is None:
+            parse_filter(raw)
+        else:
+            limits.check(raw)
+
+
+def create(session: Session, caller: Caller, body: SubscriptionIn, limits: FilterLimits | None = None) -> SubscriptionOut:
     endpoint = owned(session, Endpoint, body.endpoint_id, caller, "endpoint")
     batch = body.mode == "batch"
     row = Subscription(
@@ -143,6 +154,7 @@ def create(session: Session, caller: Caller, body: SubscriptionIn) -> Subscripti
         enabled=True if body.enabled is None else body.enabled,
     )
     _check_references(session, caller, row)
+    _check_filter(row.filter, limits)
     session.add(row)
     session.flush()
     session.refresh(row)
@@ -162,10 +174,12 @@ def list_(session: Session, caller: Caller, cursor: str | None, limit: int, max_
     return Page[SubscriptionOut](data=[SubscriptionOut.model_validate(r) for r in rows], next_cursor=next_cursor)
 
 
-def update(session: Session, caller: Caller, subscription_id: str, body: SubscriptionPatch) -> SubscriptionOut:
+def update(session: Session, caller: Caller, subscription_id: str, body: SubscriptionPatch,
+           limits: FilterLimits | None = None) -> SubscriptionOut:
     row = owned(session, Subscription, subscription_id, caller, "subscription")
-    changes = body.model_dump(exclude_unset=True)
-    if "filter" in changes:
+    changes = body.model_dump(exclude_unset=True, exclude={"disabled_reason"})
+    new_filter = "filter" in changes
+    if new_filter:
         row.filter = changes.pop("filter")
     if changes.get("mode") == "streaming":
         changes.update(max_count=None, max_wait_ms=None)
@@ -185,7 +199,15 @@ def update(session: Session, caller: Caller, subscription_id: str, body: Subscri
     except ValueError as exc:
         raise RejectedInput(str(exc)) from exc
     _check_references(session, caller, row)
-    row.updated_at = datetime.now(timezone.utc)
+    if new_filter:
+        _check_filter(row.filter, limits)
+    now = datetime.now(timezone.utc)
+    if body.enabled is True:
+        row.disabled_reason, row.disabled_at = None, None
+    elif body.enabled is False:
+        row.disabled_reason = body.disabled_reason or caller.disabled_by
+        row.disabled_at = now
+    row.updated_at = now
     session.flush()
     return SubscriptionOut.model_validate(row)
 

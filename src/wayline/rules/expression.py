@@ -65,6 +65,15 @@ _UNITS = {
     "DAY": timedelta(days=1),
 }
 
+# How deep a rule's expressions may nest. Parsing, rendering and evaluating a tree recurse
+# once per level (AND and OR chains excepted: they are flattened), so a deeper tree could
+# exhaust Python's recursion limit in the API or, worse, in the rules job.
+MAX_NESTING = 48
+TOO_DEEP = (f"the rule nests too deeply: at most {MAX_NESTING} levels of parentheses, NOT, "
+            "arithmetic and function calls; write long lists of alternatives as IN (...)")
+# The longest duration a rule may state: what a timedelta holds, which is ample.
+_LONGEST = timedelta.max
+
 _COMPARISONS: dict[type[exp.Expression], Callable[[Any, Any], Any]] = {
     exp.EQ: operator.eq,
     exp.NEQ: operator.ne,
@@ -191,6 +200,7 @@ def compile_defines(
             raise RejectedInput(f"DEFINE {name}: {name} does not appear in the PATTERN")
         if tests[index[name]] is not None:
             raise RejectedInput(f"DEFINE {name}: {name} is defined twice")
+        check_nesting(node, f"DEFINE {name}")
         compiler = _Compiler(f"DEFINE {name}", index, "define", index[name], slots, columns)
         tests[index[name]] = compiler.compile(node)
         defines[index[name]] = Define(name, node.sql(dialect=DIALECT),
@@ -215,9 +225,22 @@ def compile_defines(
 def compile_measure(name: str, node: exp.Expression, variables: Sequence[str]) -> Measure:
     index = {variable: position for position, variable in enumerate(variables)}
     columns: set[ColumnPath] = set()
+    check_nesting(node, f"MEASURES {name}")
     compiler = _Compiler(f"MEASURES {name}", index, "measure", None, None, columns)
     evaluate = compiler.compile(node)
     return Measure(name, node.sql(dialect=DIALECT), evaluate, compiler.lookback, frozenset(columns))
+
+
+def check_nesting(tree: exp.Expression, clause: str) -> None:
+    """Refuse a tree nested deeper than ``MAX_NESTING``; iterative, so it cannot recurse itself."""
+    stack = [(tree, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_NESTING:
+            raise RejectedInput(f"{clause}: {TOO_DEEP}{located(node)}")
+        for child in node.iter_expressions():
+            chained = isinstance(node, exp.Connector) and type(child) is type(node)
+            stack.append((child, depth if chained else depth + 1))
 
 
 def interval(node: exp.Interval, clause: str) -> timedelta:
@@ -234,7 +257,18 @@ def interval(node: exp.Interval, clause: str) -> timedelta:
         amount = Decimal(text)
     except InvalidOperation:
         raise RejectedInput(f"{clause}: {text!r} is not a number{located(node)}") from None
-    return _UNITS[name] * float(amount)
+    if not amount.is_finite():
+        raise RejectedInput(f"{clause}: {text!r} is not a finite number{located(node)}")
+    unit = _UNITS[name]
+    try:
+        if abs(amount) > Decimal(_LONGEST // unit):
+            raise OverflowError
+        return unit * float(amount)
+    except OverflowError:
+        raise RejectedInput(
+            f"{clause}: {text} {name.lower()}s is longer than a rule may wait "
+            f"(at most {_LONGEST.days:,} days){located(node)}"
+        ) from None
 
 
 class _SlotTable:
@@ -870,6 +904,8 @@ __all__ = [
     "MatchView",
     "Measure",
     "Row",
+    "MAX_NESTING",
+    "check_nesting",
     "compile_defines",
     "compile_measure",
     "interval",

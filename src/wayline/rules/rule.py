@@ -42,7 +42,8 @@ from sqlglot import exp
 from sqlglot.errors import TokenError
 
 from wayline.core.errors import RejectedInput
-from wayline.rules.expression import DIALECT, ColumnPath, located, parse_statements
+from wayline.core.variant import json_path
+from wayline.rules.expression import DIALECT, TOO_DEEP, ColumnPath, check_nesting, located, parse_statements
 from wayline.rules.prefilter import Prefilter, for_condition, for_pattern
 from wayline.rules.recognize import SOURCE, PatternSpec, parse_match_recognize
 from wayline.rules.window import WindowSpec, compile_window
@@ -131,6 +132,14 @@ def compile_rule(sql: str, partition_key: tuple[ColumnPath, ...] | None = None) 
     ``partition_key``, when given, must agree with the key the SQL states (GROUP BY keys or
     PARTITION BY); for a filter it only names the ``subject`` of the output events.
     """
+    try:
+        return _compile(sql, partition_key)
+    except RecursionError:
+        # sqlglot's parser recurses per nesting level and can run out before check_nesting sees the tree.
+        raise RejectedInput(f"sql: {TOO_DEEP}") from None
+
+
+def _compile(sql: str, partition_key: tuple[ColumnPath, ...] | None) -> CompiledRule:
     if not sql.strip():
         raise RejectedInput("sql: the rule is empty")
     if _mentions_match_recognize(sql):
@@ -144,6 +153,9 @@ def compile_rule(sql: str, partition_key: tuple[ColumnPath, ...] | None = None) 
                                 prefilter=for_condition(where.this if where is not None else None))
         else:
             rule = CompiledRule(RuleKind.FILTER, sql, (), filter=_filter(statement))
+    for path in rule.partition_key:
+        # The job reads the key back with parse_key and plain dotted paths: identifiers only.
+        parse_key(key_name(path))
     if partition_key is not None:
         for path in partition_key:
             check_column(path, "partition_key")
@@ -159,7 +171,14 @@ def compile_rule(sql: str, partition_key: tuple[ColumnPath, ...] | None = None) 
 
 
 def check_column(path: ColumnPath, clause: str) -> None:
-    if path[0] == DATA or (len(path) == 1 and path[0] in EVENT_COLUMNS):
+    if path[0] == DATA:
+        quoted = next((key for key in path[1:] if "'" in key and '"' in key), None)
+        if quoted is not None:
+            # Spark's variant paths quote a key with ' or ", and have no escape for a key holding both.
+            raise RejectedInput(f"{clause}: the key {quoted!r} of {key_name(path)} contains both ' and \", "
+                                "which Spark's JSON paths cannot quote")
+        return
+    if len(path) == 1 and path[0] in EVENT_COLUMNS:
         return
     raise RejectedInput(
         f"{clause}: unknown column {key_name(path)}; the events stream has "
@@ -221,6 +240,7 @@ def _parse(sql: str) -> exp.Select:
             "aggregation or a MATCH_RECOGNIZE pattern)"
         )
     statement = statements[0]
+    check_nesting(statement, "sql")
     source = statement.args.get("from_")
     table = source.this if source is not None else None
     if not isinstance(table, exp.Table) or table.name.lower() != SOURCE or table.args.get("db") \
@@ -311,12 +331,8 @@ def _spark(node: exp.Expression) -> str:
 
 
 def _variant_get(path: tuple[str, ...], data_type: str) -> exp.Expression:
-    json_path = "$" + "".join(f"['{part}']" for part in path)
-    if data_type == "variant":
-        return exp.Anonymous(this="try_variant_get", expressions=[
-            exp.column(DATA, quoted=True), exp.Literal.string(json_path), exp.Literal.string("variant")])
     return exp.Anonymous(this="try_variant_get", expressions=[
-        exp.column(DATA, quoted=True), exp.Literal.string(json_path), exp.Literal.string(data_type)])
+        exp.column(DATA, quoted=True), exp.Literal.string(json_path(path)), exp.Literal.string(data_type)])
 
 
 def _data_type(column: exp.Expression) -> str:

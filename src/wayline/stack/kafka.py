@@ -49,7 +49,10 @@ class RunningBroker:
 def _classpath(settings: Settings) -> str:
     jars_dir = settings.stack.broker_jars_dir
     if not any(jars_dir.glob("kafka_2.13-*.jar")):
-        raise MissingJarsError(f"no Kafka broker jars in {jars_dir.resolve()}: run `make jars`")
+        raise MissingJarsError(
+            f"no Kafka broker jars in {jars_dir.resolve()}: run `make jars` in the Wayline checkout "
+            "(or point WAYLINE_STACK__BROKER_JARS_DIR at the folder Maven filled)"
+        )
     return str(jars_dir.resolve() / "*")
 
 

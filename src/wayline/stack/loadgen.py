@@ -8,6 +8,7 @@ under 1 KB. A fraction of deliberately broken records exercises the quarantine.
 
 from __future__ import annotations
 
+import logging
 import random
 import time
 from collections.abc import Callable, Iterator
@@ -164,6 +165,8 @@ def produce(
     producer = Producer({
         "bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1_000_000,
         "compression.type": "lz4", "queue.buffering.max.messages": 500_000,
+        # librdkafka's own lines (`%6|…`) as log records, not on the terminal of a live view.
+        "logger": logging.getLogger(__name__),
     })
     failures: list[str] = []
 

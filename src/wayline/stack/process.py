@@ -62,11 +62,11 @@ def wait_until(ready: Callable[[], bool], *, timeout_s: float, pid: int, what: s
     raise StackError(f"{what} was not ready after {timeout_s:.0f} s; last log lines:\n{tail(log_file)}")
 
 
-def stop_pid(pid: int, *, timeout_s: float) -> None:
-    """SIGTERM, wait, then SIGKILL: a server that will not stop is still stopped."""
+def stop_pid(pid: int, *, timeout_s: float, first: signal.Signals = signal.SIGTERM) -> None:
+    """``first`` (SIGTERM), wait, then SIGKILL: a server that will not stop is still stopped."""
     if not is_alive(pid):
         return
-    os.kill(pid, signal.SIGTERM)
+    os.kill(pid, first)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if not is_alive(pid):

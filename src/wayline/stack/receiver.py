@@ -5,7 +5,8 @@ It accepts POSTs on any path, checks each request's Standard Webhooks signature 
 counted), counts requests and events per path — a CloudEvents batch counts each event —
 and measures end-to-end latency from each event's ``time`` to its arrival. ``GET /stats``
 returns the counts as JSON. It runs on an event loop in a background thread, so a demo or
-benchmark can keep working while it serves (or as its own process: ``wayline receive``).
+benchmark can keep working while it serves (or as its own process: ``wayline receive``,
+which trusts the secrets given to it or those of the registry's endpoints at its address).
 """
 
 from __future__ import annotations
@@ -17,12 +18,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 import orjson
 from aiohttp import web
+from sqlalchemy import or_, select
 from standardwebhooks import Webhook, WebhookVerificationError
 
 from wayline.core.errors import ConfigError
+from wayline.registry.access import ADMIN
+from wayline.registry.db import Database
+from wayline.registry.endpoint import EndpointService
+from wayline.registry.models import Endpoint
 
 BATCH_CONTENT_TYPE = "application/cloudevents-batch+json"
 # Latency samples kept per path: the first ones are enough for medians and p99s.
@@ -140,6 +147,18 @@ class Receiver:
         return app
 
 
+def registry_secrets(database: Database, endpoints: EndpointService, base_urls: list[str]) -> dict[str, list[str]]:
+    """The signing secrets of the registry's endpoints under ``base_urls`` (a receiver's own
+    addresses), by path: what a receiver needs to check what Wayline sends it."""
+    secrets: dict[str, list[str]] = {}
+    with database.transaction() as session:
+        rows = session.scalars(select(Endpoint).where(or_(*(Endpoint.url.startswith(f"{base}/") for base in base_urls))))
+        for row in rows:
+            path = urlsplit(row.url).path
+            secrets.setdefault(path, []).extend(s.secret for s in endpoints.secrets(session, ADMIN, row.id))
+    return secrets
+
+
 class ReceiverServer:
     """A :class:`Receiver` served on 127.0.0.1 from a background thread; :meth:`close` stops it."""
 
@@ -173,4 +192,4 @@ class ReceiverServer:
         self._loop.close()
 
 
-__all__ = ["BATCH_CONTENT_TYPE", "MAX_SAMPLES", "PathStats", "Receiver", "ReceiverServer"]
+__all__ = ["BATCH_CONTENT_TYPE", "MAX_SAMPLES", "PathStats", "Receiver", "ReceiverServer", "registry_secrets"]

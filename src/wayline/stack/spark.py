@@ -21,7 +21,7 @@ def connector_jars(jars_dir: Path) -> list[Path]:
     jars = sorted(jars_dir.glob("*.jar"))
     if not any(jar.name.startswith("spark-sql-kafka") for jar in jars):
         raise MissingJarsError(
-            f"no Spark Kafka connector in {jars_dir.resolve()}: run `make jars` "
+            f"no Spark Kafka connector in {jars_dir.resolve()}: run `make jars` in the Wayline checkout "
             "(or point WAYLINE_SPARK__JARS_DIR at the folder Maven filled)"
         )
     return jars

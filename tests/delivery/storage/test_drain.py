@@ -21,13 +21,12 @@ from sqlalchemy import select, update
 from standardwebhooks import Webhook
 
 from tests.delivery.receivers import Receivers
-from tests.delivery.servers import Recorder
+from tests.delivery.servers import Recorder, loopback_transport
 from tests.waiting import wait_for
 from wayline.registry.endpoint import EndpointService
 from wayline.delivery.attempt import Pending, WillRetry
 from wayline.delivery.circuit import CircuitSettings, CircuitState, process_breakers
 from wayline.delivery.storage.drain import EndpointHealth, RetryQueue, run_retry_stage
-from wayline.delivery.http_client import AiohttpTransport
 from wayline.delivery.operations import dead_lettered_events
 from wayline.delivery.outcomes import Outcome
 from wayline.delivery.retry import RetryPolicy
@@ -82,7 +81,7 @@ def drain_until(queue: RetryQueue, targets: dict[str, Target], done: Callable[[]
     while not done():
         assert time.monotonic() < deadline, "the retry path did not finish in time"
         claims = queue.claim(0, 1, 1000, timedelta(seconds=30), datetime.now(UTC))
-        run_retry_stage(claims, targets, queue, AiohttpTransport, stage)
+        run_retry_stage(claims, targets, queue, loopback_transport, stage)
         time.sleep(0.02)
 
 
@@ -110,7 +109,7 @@ def test_a_receiver_that_fails_k_times_gets_each_message_once_after_k_spaced_fai
         base = receivers.serve({"/flaky": failing_then_ok(recorder, 2, lambda: web.Response(status=503))})
         targets = {endpoint: target(endpoint, f"{base}/flaky")}
         messages = [pending(endpoint, f"{unique}-{n}") for n in range(3)]
-        run_stage(messages, targets, store, AiohttpTransport, STAGE)
+        run_stage(messages, targets, store, loopback_transport, STAGE)
         ids = {m.webhook_id for m in messages}
         drain_until(queue, targets, lambda: len(rows(database, DeliveryLogEntry, endpoint_id=endpoint)) == 3)
 
@@ -139,7 +138,7 @@ def test_a_receiver_that_always_fails_is_dead_lettered_with_every_attempt(databa
         base = receivers.serve({"/down": failing_then_ok(recorder, 99, lambda: web.Response(status=500, text="boom"))})
         targets = {endpoint: target(endpoint, f"{base}/down")}
         message = pending(endpoint, f"{unique}-dead")
-        run_stage([message], targets, store, AiohttpTransport, STAGE)
+        run_stage([message], targets, store, loopback_transport, STAGE)
 
         def dead() -> bool:
             return any(r.dead_reason for r in rows(database, RetryEntry, webhook_id=message.webhook_id))
@@ -170,7 +169,7 @@ def test_retry_after_on_429_is_honoured(database, unique) -> None:
             recorder, 1, lambda: web.Response(status=429, headers={"Retry-After": "2"}))})
         targets = {endpoint: target(endpoint, f"{base}/busy")}
         message = pending(endpoint, f"{unique}-busy")
-        run_stage([message], targets, store, AiohttpTransport, STAGE)
+        run_stage([message], targets, store, loopback_transport, STAGE)
         drain_until(queue, targets, lambda: bool(rows(database, DeliveryLogEntry, webhook_id=message.webhook_id)))
     first, second = recorder.requests
     # The schedule says 0.3 s; the receiver asked for 2 s.
@@ -185,7 +184,7 @@ def test_410_gone_dead_letters_at_once(database, unique) -> None:
         base = receivers.serve({"/gone": failing_then_ok(recorder, 99, lambda: web.Response(status=410))})
         targets = {endpoint: target(endpoint, f"{base}/gone")}
         message = pending(endpoint, f"{unique}-gone")
-        tally = run_stage([message], targets, store, AiohttpTransport, STAGE)
+        tally = run_stage([message], targets, store, loopback_transport, STAGE)
     assert tally.gone_subscriptions() == {message.subscription_id}
     queue.bury(5000, datetime.now(UTC), lambda _: None)
     (letter,) = rows(database, DeadLetterEntry, webhook_id=message.webhook_id)
@@ -211,9 +210,9 @@ def test_the_circuit_breaker_opens_then_closes_on_the_retry_path(database, uniqu
         base = receivers.serve({"/breaker": first_two_fail})
         targets = {endpoint: target(endpoint, f"{base}/breaker", max_in_flight=1)}
         messages = [pending(endpoint, f"{unique}-{n}") for n in range(4)]
-        run_stage(messages[:2], targets, store, AiohttpTransport, stage)
+        run_stage(messages[:2], targets, store, loopback_transport, stage)
         assert process_breakers(circuit)[endpoint].state is CircuitState.OPEN
-        run_stage(messages[2:], targets, store, AiohttpTransport, stage)
+        run_stage(messages[2:], targets, store, loopback_transport, stage)
         sent_while_open = len(recorder.requests)
         drain_until(queue, targets, lambda: len(rows(database, DeliveryLogEntry, endpoint_id=endpoint)) == 4,
                     stage=stage)
@@ -233,7 +232,7 @@ def test_a_drainer_that_dies_loses_nothing_and_a_stale_settle_changes_nothing(da
         base = receivers.serve({"/crash": failing_then_ok(recorder, 1, lambda: web.Response(status=500))})
         targets = {endpoint: target(endpoint, f"{base}/crash")}
         message = pending(endpoint, f"{unique}-crash")
-        run_stage([message], targets, store, AiohttpTransport, STAGE)
+        run_stage([message], targets, store, loopback_transport, STAGE)
         wait_for(falls_due(database, message.webhook_id), "the retry to fall due", 10, every_s=0.05)
 
         def mine(claims):
@@ -244,7 +243,7 @@ def test_a_drainer_that_dies_loses_nothing_and_a_stale_settle_changes_nothing(da
         wait_for(falls_due(database, message.webhook_id), "the lease to run out", 10, every_s=0.05)
         (again,) = mine(queue.claim(0, 1, 1000, lease, datetime.now(UTC)))
         assert again.pending.attempts == died.pending.attempts == 1
-        tally = run_retry_stage([again], targets, queue, AiohttpTransport, STAGE)
+        tally = run_retry_stage([again], targets, queue, loopback_transport, STAGE)
         # The dead drainer's late outcome must not resurrect the entry.
         stale = WillRetry(replace(died.pending, attempts=2), Failure(FailureKind.DEADLINE, "late"))
         queue.settle([died], [stale], datetime.now(UTC))
@@ -265,7 +264,7 @@ def test_endpoints_failing_longer_than_the_limit_are_found_and_a_change_restarts
     queue, store = RetryQueue(database.engine), PostgresDeliveryStore(database.engine)
     targets = {created.id: target(created.id, "http://127.0.0.1:9/x")}
     message = pending(created.id, f"{unique}-h")
-    run_stage([message], targets, store, AiohttpTransport, STAGE)
+    run_stage([message], targets, store, loopback_transport, STAGE)
     drain_until(queue, targets, lambda: rows(database, RetryEntry, webhook_id=message.webhook_id)[0].attempts >= 2)
 
     def failing(at: datetime) -> list[str]:

@@ -1,16 +1,17 @@
 from fastapi import APIRouter
 
-from wayline.api.deps import CallerDep, DB, IdempotencyKey, PagingDep
-from wayline.api.idempotency import create_once
+from wayline.api.bodies import JsonRoute
+from wayline.api.deps import CallerDep, DB, OnceDep, PagingDep
 from wayline.registry import api_key
 from wayline.registry.access import Page
 
-router = APIRouter(prefix="/api-keys", tags=["api keys"])
+router = APIRouter(prefix="/api-keys", tags=["api keys"], route_class=JsonRoute)
 
 
 @router.post("", status_code=201, response_model=api_key.NewApiKey)
-def create_api_key(body: api_key.ApiKeyIn, db: DB, caller: CallerDep, idempotency_key: IdempotencyKey = None):
-    return create_once(db, caller, idempotency_key, body, lambda s: api_key.create(s, caller, body))
+def create_api_key(body: api_key.ApiKeyIn, caller: CallerDep, once: OnceDep):
+    """The key is in this answer only; an idempotent replay answers without it (only its hash is kept)."""
+    return once(body, lambda s: api_key.create(s, caller, body), secret_fields=("key",))
 
 
 @router.get("", response_model=Page[api_key.ApiKeyOut])

@@ -5,10 +5,11 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
+from wayline.api.bodies import JsonRoute
 from wayline.api.deps import DB, CallerDep, PagingDep
 from wayline.delivery.storage import attempt_log
 
-router = APIRouter(prefix="/attempts", tags=["attempts"])
+router = APIRouter(prefix="/attempts", tags=["attempts"], route_class=JsonRoute)
 
 
 @router.get("", response_model=attempt_log.AttemptPage)

@@ -2,12 +2,12 @@ from typing import Annotated
 
 from fastapi import APIRouter, Body, Response
 
-from wayline.api.deps import CallerDep, DB, IdempotencyKey, PagingDep
-from wayline.api.idempotency import create_once
+from wayline.api.bodies import JsonRoute
+from wayline.api.deps import CallerDep, DB, OnceDep, PagingDep
 from wayline.registry import catalog
 from wayline.registry.access import Page
 
-router = APIRouter(tags=["catalog"])
+router = APIRouter(tags=["catalog"], route_class=JsonRoute)
 
 
 @router.put("/tenants", tags=["catalog"])
@@ -37,8 +37,8 @@ def delete_tenant(tenant_id: str, db: DB, caller: CallerDep) -> Response:
 
 
 @router.post("/event-types", status_code=201, response_model=catalog.EventTypeOut)
-def create_event_type(body: catalog.EventTypeIn, db: DB, caller: CallerDep, idempotency_key: IdempotencyKey = None):
-    return create_once(db, caller, idempotency_key, body, lambda s: catalog.create_event_type(s, caller, body))
+def create_event_type(body: catalog.EventTypeIn, caller: CallerDep, once: OnceDep):
+    return once(body, lambda s: catalog.create_event_type(s, caller, body))
 
 
 @router.get("/event-types", response_model=Page[catalog.EventTypeOut])

@@ -1,16 +1,16 @@
 from fastapi import APIRouter, Response
 
-from wayline.api.deps import CallerDep, DB, IdempotencyKey, PagingDep
-from wayline.api.idempotency import create_once
+from wayline.api.bodies import JsonRoute
+from wayline.api.deps import CallerDep, DB, OnceDep, PagingDep
 from wayline.registry import customer
 from wayline.registry.access import Page
 
-router = APIRouter(prefix="/customers", tags=["customers"])
+router = APIRouter(prefix="/customers", tags=["customers"], route_class=JsonRoute)
 
 
 @router.post("", status_code=201, response_model=customer.CustomerOut)
-def create_customer(body: customer.CustomerIn, db: DB, caller: CallerDep, idempotency_key: IdempotencyKey = None):
-    return create_once(db, caller, idempotency_key, body, lambda s: customer.create(s, caller, body))
+def create_customer(body: customer.CustomerIn, caller: CallerDep, once: OnceDep):
+    return once(body, lambda s: customer.create(s, caller, body))
 
 
 @router.get("", response_model=Page[customer.CustomerOut])

@@ -5,10 +5,11 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Response
 
+from wayline.api.bodies import JsonRoute
 from wayline.api.deps import DB, CallerDep, PagingDep
 from wayline.delivery.storage import dead_letter
 
-router = APIRouter(prefix="/dead-letters", tags=["dead letters"])
+router = APIRouter(prefix="/dead-letters", tags=["dead letters"], route_class=JsonRoute)
 
 # A long poll holds one server thread; longer waits are better spent reconnecting.
 MAX_WAIT_S = 30.0

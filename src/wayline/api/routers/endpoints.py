@@ -1,16 +1,18 @@
 from fastapi import APIRouter, Response
 
-from wayline.api.deps import CallerDep, DB, EndpointsDep, IdempotencyKey, PagingDep
-from wayline.api.idempotency import create_once
+from wayline.api.bodies import JsonRoute
+from wayline.api.deps import CallerDep, DB, EndpointsDep, OnceDep, PagingDep
 from wayline.registry.access import Page
-from wayline.registry.endpoint import EndpointIn, EndpointOut, EndpointPatch, RotateIn, SecretOut
+from wayline.registry.endpoint import EndpointCreated, EndpointIn, EndpointOut, EndpointPatch, RotateIn, SecretOut
 
-router = APIRouter(prefix="/endpoints", tags=["endpoints"])
+router = APIRouter(prefix="/endpoints", tags=["endpoints"], route_class=JsonRoute)
 
 
-@router.post("", status_code=201, response_model=EndpointOut)
-def create_endpoint(body: EndpointIn, db: DB, caller: CallerDep, service: EndpointsDep, idempotency_key: IdempotencyKey = None):
-    return create_once(db, caller, idempotency_key, body, lambda s: service.create(s, caller, body))
+@router.post("", status_code=201, response_model=EndpointCreated)
+def create_endpoint(body: EndpointIn, caller: CallerDep, service: EndpointsDep, once: OnceDep):
+    """The answer carries the signing secret once; later, and in an idempotent replay, read it from
+    `GET /endpoints/{id}/secrets`."""
+    return once(body, lambda s: service.create(s, caller, body), secret_fields=("secret",))
 
 
 @router.get("", response_model=Page[EndpointOut])

@@ -2,19 +2,18 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Request, Response
 
-from wayline.api.deps import CallerDep, DB, IdempotencyKey, PagingDep
-from wayline.api.idempotency import create_once
+from wayline.api.bodies import JsonRoute
+from wayline.api.deps import CallerDep, DB, OnceDep, PagingDep
 from wayline.registry import rule
 from wayline.registry.access import Page
 
-router = APIRouter(prefix="/rules", tags=["rules"])
+router = APIRouter(prefix="/rules", tags=["rules"], route_class=JsonRoute)
 
 
 @router.post("", status_code=201, response_model=rule.RuleOut)
-def create_rule(body: rule.RuleIn, request: Request, db: DB, caller: CallerDep, idempotency_key: IdempotencyKey = None):
-    defaults = request.app.state.settings.rules
-    return create_once(db, caller, idempotency_key, body, lambda s: rule.create(
-        s, caller, body, defaults.default_state_budget, defaults.default_time_budget_ms))
+def create_rule(body: rule.RuleIn, request: Request, caller: CallerDep, once: OnceDep):
+    policy = rule.RulePolicy.from_settings(request.app.state.settings)
+    return once(body, lambda s: rule.create(s, caller, body, policy))
 
 
 @router.get("", response_model=Page[rule.RuleOut])
@@ -30,9 +29,9 @@ def get_rule(rule_id: str, db: DB, caller: CallerDep):
 
 
 @router.patch("/{rule_id}", response_model=rule.RuleOut)
-def update_rule(rule_id: str, body: rule.RulePatch, db: DB, caller: CallerDep):
+def update_rule(rule_id: str, body: rule.RulePatch, request: Request, db: DB, caller: CallerDep):
     with db.transaction() as session:
-        return rule.update(session, caller, rule_id, body)
+        return rule.update(session, caller, rule_id, body, rule.RulePolicy.from_settings(request.app.state.settings))
 
 
 @router.delete("/{rule_id}", status_code=204)

@@ -1,18 +1,20 @@
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Response
+from fastapi import APIRouter, Query, Request, Response
 
-from wayline.api.deps import CallerDep, DB, IdempotencyKey, PagingDep
-from wayline.api.idempotency import create_once
+from wayline.api.bodies import JsonRoute
+from wayline.api.deps import CallerDep, DB, OnceDep, PagingDep
 from wayline.registry import subscription
 from wayline.registry.access import Page
+from wayline.registry.filter import FilterLimits
 
-router = APIRouter(prefix="/subscriptions", tags=["subscriptions"])
+router = APIRouter(prefix="/subscriptions", tags=["subscriptions"], route_class=JsonRoute)
 
 
 @router.post("", status_code=201, response_model=subscription.SubscriptionOut)
-def create_subscription(body: subscription.SubscriptionIn, db: DB, caller: CallerDep, idempotency_key: IdempotencyKey = None):
-    return create_once(db, caller, idempotency_key, body, lambda s: subscription.create(s, caller, body))
+def create_subscription(body: subscription.SubscriptionIn, request: Request, caller: CallerDep, once: OnceDep):
+    limits = FilterLimits.from_settings(request.app.state.settings)
+    return once(body, lambda s: subscription.create(s, caller, body, limits))
 
 
 @router.get("", response_model=Page[subscription.SubscriptionOut])
@@ -28,9 +30,11 @@ def get_subscription(subscription_id: str, db: DB, caller: CallerDep):
 
 
 @router.patch("/{subscription_id}", response_model=subscription.SubscriptionOut)
-def update_subscription(subscription_id: str, body: subscription.SubscriptionPatch, db: DB, caller: CallerDep):
+def update_subscription(subscription_id: str, body: subscription.SubscriptionPatch, request: Request, db: DB,
+                        caller: CallerDep):
+    limits = FilterLimits.from_settings(request.app.state.settings)
     with db.transaction() as session:
-        return subscription.update(session, caller, subscription_id, body)
+        return subscription.update(session, caller, subscription_id, body, limits)
 
 
 @router.delete("/{subscription_id}", status_code=204)

@@ -1,0 +1,34 @@
+"""Topic grants: which topics a customer key may publish to or poll (admin keys manage them)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Response
+
+from wayline.api.deps import DB
+from wayline.api.messaging_deps import ERROR_RESPONSES, PermissionsDep
+from wayline.messaging import access
+
+router = APIRouter(responses=ERROR_RESPONSES)
+
+
+@router.post("/topic-grants", tags=["topic grants"], status_code=201, response_model=access.GrantOut)
+def create_grant(body: access.GrantIn, db: DB, perms: PermissionsDep) -> access.GrantOut:
+    """Let an API key publish to and/or poll the topics matching a pattern."""
+    with db.transaction() as session:
+        return access.create_grant(session, perms.caller, body)
+
+
+@router.get("/topic-grants", tags=["topic grants"], response_model=list[access.GrantOut])
+def list_grants(db: DB, perms: PermissionsDep, api_key_id: str | None = None) -> list[access.GrantOut]:
+    with db.transaction() as session:
+        return access.list_grants(session, perms.caller, api_key_id)
+
+
+@router.delete("/topic-grants/{grant_id}", tags=["topic grants"], status_code=204)
+def delete_grant(grant_id: str, db: DB, perms: PermissionsDep) -> Response:
+    with db.transaction() as session:
+        access.delete_grant(session, perms.caller, grant_id)
+    return Response(status_code=204)
+
+
+__all__ = ["router"]

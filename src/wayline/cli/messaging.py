@@ -1,0 +1,154 @@
+"""`wayline publish`, `wayline poll` (through the messaging API's client) and `wayline serve
+messaging`; `wayline serve` alone runs the admin and messaging APIs in one process."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated, Any
+
+import orjson
+import typer
+
+from wayline.cli.output import console, guarded
+from wayline.core.errors import RejectedInput
+from wayline.core.settings import Settings
+from wayline.messaging.client import MessagingClient
+
+Url = Annotated[str | None, typer.Option(help="the messaging API; default: messaging.host and .port from the settings")]
+Key = Annotated[str, typer.Option(envvar="WAYLINE_API_KEY", help="an API key (or set WAYLINE_API_KEY)")]
+
+
+def _client(url: str | None, key: str) -> MessagingClient:
+    if url is None:
+        settings = Settings()
+        url = f"http://{settings.messaging.host}:{settings.messaging.port}"
+    return MessagingClient(url, key)
+
+
+def _events(text: bytes) -> list[Any]:
+    """A JSON event, a JSON array of events, or JSON lines."""
+    try:
+        decoded = orjson.loads(text)
+        return decoded if isinstance(decoded, list) else [decoded]
+    except orjson.JSONDecodeError:
+        pass
+    try:
+        return [orjson.loads(line) for line in text.splitlines() if line.strip()]
+    except orjson.JSONDecodeError as exc:
+        raise RejectedInput(f"the input is neither JSON nor JSON lines: {exc}") from exc
+
+
+def _batches(events: list[Any], size: int) -> Iterator[list[Any]]:
+    for start in range(0, len(events), size):
+        yield events[start:start + size]
+
+
+@guarded
+def publish(
+    topic: Annotated[str, typer.Argument(help="the topic to publish to")],
+    source: Annotated[Path, typer.Argument(help="a file of events (JSON, JSON array or JSON lines); - for stdin")],
+    url: Url = None,
+    key: Key = "",
+    batch_size: Annotated[int, typer.Option(min=1, help="events per request")] = 100,
+    idempotency_key: Annotated[str | None, typer.Option(
+        help="a retry with the same key writes nothing twice; batch n uses <key>-<n>")] = None,
+    transactional: Annotated[
+        bool, typer.Option(help="all batches in one transaction: all are written or none")
+    ] = False,
+) -> None:
+    """Publish CloudEvents through the messaging API; prints where each went or why it was refused."""
+    events = _events(sys.stdin.buffer.read() if str(source) == "-" else source.read_bytes())
+    refused = 0
+    with _client(url, key) as client:
+        transaction = client.begin().id if transactional else None
+        try:
+            for n, batch in enumerate(_batches(events, batch_size)):
+                answer = client.publish(topic, batch, transaction=transaction,
+                                        idempotency_key=f"{idempotency_key}-{n}" if idempotency_key else None)
+                for result in answer.results:
+                    if result.error is not None:
+                        refused += 1
+                        console.print(f"[red]refused[/] {result.error.message}")
+        except BaseException:
+            if transaction is not None:
+                client.abort(transaction)
+            raise
+        if transaction is not None:
+            client.commit(transaction)
+    console.print(f"published {len(events) - refused} of {len(events)} events to {topic}")
+    if refused:
+        raise typer.Exit(1)
+
+
+@guarded
+def poll(
+    topic: Annotated[str, typer.Argument(help="the topic to read")],
+    url: Url = None,
+    key: Key = "",
+    cursor: Annotated[str | None, typer.Option(help="go on from a cursor an earlier poll printed")] = None,
+    start: Annotated[str, typer.Option(help="without a cursor: earliest, latest or an RFC 3339 time")] = "earliest",
+    limit: Annotated[int, typer.Option(min=1, help="records per request")] = 100,
+    follow: Annotated[bool, typer.Option(help="keep polling (long-polls of --wait seconds) until Ctrl-C")] = False,
+    wait_s: Annotated[float, typer.Option("--wait", min=0, help="seconds a request waits for a record")] = 10.0,
+) -> None:
+    """Print a topic's committed records as JSON lines (stdout), then the next cursor (stderr)."""
+    with _client(url, key) as client:
+        while True:
+            page = client.poll(topic, cursor=cursor, start=None if cursor else start, limit=limit,
+                               wait_s=wait_s if follow else 0)
+            for record in page.records:
+                sys.stdout.write(orjson.dumps(record.model_dump(exclude_none=True)).decode() + "\n")
+            sys.stdout.flush()
+            cursor = page.next_cursor
+            if not follow and len(page.records) < limit:
+                break
+    typer.echo(f"next cursor: {cursor}", err=True)
+
+
+@guarded
+def serve_messaging(
+    host: Annotated[str | None, typer.Option(help="default: messaging.host from the settings")] = None,
+    port: Annotated[int | None, typer.Option(help="default: messaging.port from the settings")] = None,
+) -> None:
+    """Serve the messaging API alone (OpenAPI at /docs). Stateless: run as many as you like."""
+    import uvicorn
+
+    from wayline.api.messaging import create_messaging_app
+    from wayline.registry.db import Database, make_engine
+
+    settings = Settings()
+    uvicorn.run(create_messaging_app(settings, Database(make_engine(settings.postgres_dsn()))),
+                host=host or settings.messaging.host, port=port or settings.messaging.port)
+
+
+def serve_all(ctx: typer.Context) -> None:
+    """Without a sub-command: the admin and messaging APIs in one process, on api.host and api.port."""
+    if ctx.invoked_subcommand is not None:
+        return
+    guarded(_serve_all)()
+
+
+def _serve_all() -> None:
+    import uvicorn
+
+    from wayline.api.app import create_app
+    from wayline.api.messaging import mount
+    from wayline.registry.db import Database, make_engine
+
+    settings = Settings()
+    database = Database(make_engine(settings.postgres_dsn()))
+    app = create_app(settings, database)
+    mount(app, settings, database)
+    uvicorn.run(app, host=settings.api.host, port=settings.api.port)
+
+
+def register(app: typer.Typer, serve_app: typer.Typer) -> None:
+    app.command()(publish)
+    app.command()(poll)
+    serve_app.command("messaging")(serve_messaging)
+    serve_app.callback(invoke_without_command=True)(serve_all)
+
+
+__all__ = ["poll", "publish", "register", "serve_all", "serve_messaging"]

@@ -1,0 +1,77 @@
+"""The messaging API's request and response bodies, shared by the service (its OpenAPI
+document) and the typed client."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+
+class RecordError(BaseModel):
+    code: str = Field(description="the envelope reason (not_json, oversize, missing_attribute, …), schema_mismatch, "
+                                  "kafka or timeout")
+    message: str
+
+
+class RecordResult(BaseModel):
+    index: int = Field(description="position of the event in the request")
+    partition: int | None = None
+    offset: int | None = None
+    error: RecordError | None = None
+
+
+class PublishOut(BaseModel):
+    """200: every event written; 207: some refused (see each result); 422: none written."""
+
+    results: list[RecordResult]
+
+
+class PolledRecord(BaseModel):
+    partition: int
+    offset: int
+    timestamp_ms: int
+    key: str | None
+    event: Any = Field(default=None, description="the record's value, when it is JSON")
+    value_base64: str | None = Field(default=None, description="the record's value, when it is not JSON")
+
+
+class PollOut(BaseModel):
+    records: list[PolledRecord] = Field(description="in offset order within each partition, partitions in order")
+    next_cursor: str = Field(description="pass as `cursor` to read on from here; valid on any instance")
+
+
+class TransactionOut(BaseModel):
+    id: str = Field(description="`<instance>~<slot>~<token>`: requests for it go to that instance")
+    state: str = Field(description="open, committed or aborted")
+    written: int = Field(description="records written in it so far")
+    topics: list[str]
+    timeout_s: float = Field(description="aborted if neither committed nor aborted this long after it began")
+
+
+class ErrorDetail(BaseModel):
+    code: str
+    message: str
+
+
+class ErrorOut(BaseModel):
+    """Every error answer; a refused publish also carries the per-record `results`."""
+
+    error: ErrorDetail
+    results: list[RecordResult] | None = None
+
+
+class TopicList(BaseModel):
+    data: list[str]
+
+
+def transaction_body(outcome: Any, timeout_s: float) -> dict[str, Any]:
+    return {"id": outcome.id, "state": outcome.state, "written": outcome.written, "topics": outcome.topics,
+            "timeout_s": timeout_s}
+
+
+__all__ = [
+    "ErrorDetail", "ErrorOut", "PollOut", "PolledRecord", "PublishOut", "RecordError", "RecordResult", "TopicList",
+    "TransactionOut",
+    "transaction_body",
+]

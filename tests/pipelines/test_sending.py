@@ -1,0 +1,67 @@
+"""The send step's tasks against a real HTTP receiver on 127.0.0.1 and the real PostgreSQL:
+the operator's URL allow-list, as the job's settings hold it now, decides at send time."""
+
+from __future__ import annotations
+
+import orjson
+import pyarrow as pa
+import pytest
+from aiohttp import web
+from sqlalchemy import select
+
+from tests.delivery.receivers import Receivers
+from tests.delivery.servers import Recorder
+from wayline.core.settings import Settings
+from wayline.core.secret import Secret
+from wayline.delivery.stage import StageSettings
+from wayline.delivery.storage.store import AttemptLogEntry, DeliveryLogEntry, RetryEntry
+from wayline.delivery.targets import Target
+from wayline.delivery.transport import EndpointLimits
+from wayline.pipelines.sending import TALLY_SCHEMA, PartitionSender, task_settings
+
+pytestmark = pytest.mark.integration
+
+SEND = pa.schema([("kind", pa.string()), ("subscription_id", pa.string()), ("endpoint_id", pa.string()),
+                  ("event_ids", pa.list_(pa.string())), ("body", pa.binary())])
+
+
+def deliveries(endpoint_id: str, event_id: str) -> pa.RecordBatch:
+    body = orjson.dumps({"specversion": "1.0", "id": event_id, "source": "/s", "type": "t", "tenantid": "7"})
+    return pa.RecordBatch.from_pylist([{"kind": "single", "subscription_id": f"sub_{endpoint_id}",
+                                        "endpoint_id": endpoint_id, "event_ids": [event_id], "body": body}],
+                                      schema=SEND)
+
+
+def test_an_endpoint_created_while_loopback_was_allowed_is_refused_once_the_job_no_longer_allows_it(
+    spark, api_settings: Settings, settings: Settings, database, unique: str,
+) -> None:
+    assert not settings.registry.url_allow_list, "the plain settings allow nothing"
+    recorder = Recorder()
+    endpoint = f"ep_{unique}_narrowed"
+
+    async def hook(request: web.Request) -> web.Response:
+        await recorder.record(request)
+        return web.Response(status=204)
+
+    with Receivers() as receivers:
+        base = receivers.serve({"/hook": hook})
+        target = Target(endpoint, f"{base}/hook", timeout_s=5, limits=EndpointLimits(), secrets=(Secret.generate(),))
+        targets = spark.sparkContext.broadcast({endpoint: target})
+        stage = StageSettings(deadline_s=5)
+        allowed = PartitionSender(targets, task_settings(api_settings), stage)
+        narrowed = PartitionSender(targets, task_settings(settings), stage)
+        [before] = allowed(iter([deliveries(endpoint, f"{unique}-before")]))
+        [after] = narrowed(iter([deliveries(endpoint, f"{unique}-after")]))
+
+    assert [r.path for r in recorder.requests] == ["/hook"], "only the allowed send reached the receiver"
+    [tally_before], [tally_after] = before.to_pylist(), after.to_pylist()
+    assert tally_before["delivered"] == 1 and before.schema == TALLY_SCHEMA
+    assert tally_after["delivered"] == 0 and dict(tally_after["failures"]) == {"address_refused": 1}
+    with database.transaction() as session:
+        delivered = session.scalars(select(DeliveryLogEntry).where(DeliveryLogEntry.endpoint_id == endpoint)).all()
+        [attempt] = session.scalars(select(AttemptLogEntry).where(AttemptLogEntry.endpoint_id == endpoint)).all()
+        [handed] = session.scalars(select(RetryEntry).where(RetryEntry.endpoint_id == endpoint)).all()
+    assert len(delivered) == 1
+    assert attempt.status is None and "127.0.0.1 is not a public address (loopback)" in attempt.error
+    assert "registry.url_allow_list" in attempt.error
+    assert handed.dead_reason is not None and handed.attempts == 1, "refused for good, not retried on a schedule"
