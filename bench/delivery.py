@@ -32,20 +32,18 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
-from wayline.registry.endpoint import EndpointService
+from fresh_stack import fresh_stack, machine
 from wayline.core.kafka import ensure_topics
 from wayline.core.settings import Settings
 from wayline.delivery.metrics import DeliveryMetrics
 from wayline.pipelines.delivery import start_delivery
 from wayline.registry import subscription
 from wayline.registry.db import Database
+from wayline.registry.endpoint import EndpointService, NoAuth
 from wayline.stack import loadgen
 from wayline.stack.receiver import Receiver, ReceiverServer
 from wayline.stack.seed import SeedEndpoint, seed
 from wayline.stack.spark import spark_session
-from wayline.registry.endpoint import NoAuth
-
-from fresh_stack import fresh_stack, machine
 
 RESULTS = Path(__file__).resolve().parent / "results"
 ENDPOINTS = 5

@@ -44,7 +44,7 @@ import orjson
 from aiohttp import web
 from confluent_kafka import Producer
 
-from wayline.registry.endpoint import EndpointService
+from fresh_stack import fresh_stack, machine
 from wayline.core.kafka import ensure_topics
 from wayline.core.settings import Settings
 from wayline.delivery.metrics import DeliveryMetrics
@@ -52,10 +52,8 @@ from wayline.pipelines.delivery import start_delivery
 from wayline.registry import catalog, customer, subscription
 from wayline.registry.access import ADMIN
 from wayline.registry.db import Database
-from wayline.registry.endpoint import EndpointIn
+from wayline.registry.endpoint import EndpointIn, EndpointService
 from wayline.stack.spark import spark_session
-
-from fresh_stack import fresh_stack, machine
 
 RESULTS = Path(__file__).parent / "results"
 PER_CUSTOMER = 100

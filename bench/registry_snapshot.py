@@ -27,13 +27,13 @@ from pathlib import Path
 
 from sqlalchemy import insert
 
-from wayline.registry.endpoint import EndpointService
 from wayline.core.kafka import ensure_topics
+from wayline.core.secret import Secret
 from wayline.core.settings import Settings
 from wayline.registry.db import Database, make_engine, migrate
+from wayline.registry.endpoint import EndpointService
 from wayline.registry.ids import new_id
 from wayline.registry.models import Customer, Endpoint, EventType, SigningSecret, Subscription, Tenant
-from wayline.core.secret import Secret
 from wayline.registry.secrets import SecretBox
 from wayline.registry.snapshot import load_snapshot
 from wayline.stack import loadgen, local

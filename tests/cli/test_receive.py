@@ -79,8 +79,8 @@ def test_a_malformed_secret_option_is_a_usage_error() -> None:
 
 @pytest.mark.integration
 def test_without_secrets_it_trusts_the_registrys_endpoints_at_its_address(settings, database) -> None:
-    from wayline.registry.endpoint import EndpointService
     from wayline.registry import customer
+    from wayline.registry.endpoint import EndpointService
 
     service = EndpointService.from_settings(settings.model_copy(update={
         "registry": settings.registry.model_copy(update={"url_allow_list": ["127.0.0.1/32"]})}))

@@ -4,10 +4,10 @@ import orjson
 from standardwebhooks import Webhook
 
 from wayline.core.envelope import STRUCTURED_CONTENT_TYPE
+from wayline.core.secret import Secret
 from wayline.delivery.attempt import DeadLettered, DeadLetterReason, Gone, Kind, Pending, Succeeded, WillRetry, settle
 from wayline.delivery.batch import BATCH_CONTENT_TYPE, Batch, BatchItem, BatchKey
 from wayline.delivery.retry import RetryPolicy
-from wayline.core.secret import Secret
 from wayline.delivery.signing import batch_message_id, message_id
 from wayline.delivery.transport import Endpoint, Failure, FailureKind, Response
 

@@ -12,13 +12,13 @@ from standardwebhooks import Webhook
 
 from tests.delivery.servers import Recorder, loopback_transport, serve
 from wayline.core.errors import RetryLater
+from wayline.core.secret import Secret
 from wayline.delivery.attempt import Pending, WillRetry, settle
 from wayline.delivery.auth import BasicAuth
 from wayline.delivery.batch import Batcher, BatchItem, BatchKey, BatchLimits
 from wayline.delivery.circuit import CircuitBreakers, CircuitSettings, CircuitState
 from wayline.delivery.dispatch import Dispatcher, TokenBucket
 from wayline.delivery.memory import MemoryTransport
-from wayline.core.secret import Secret
 from wayline.delivery.transport import Endpoint, EndpointLimits, Failure, FailureKind, Request, Response
 
 

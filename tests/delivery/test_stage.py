@@ -16,15 +16,21 @@ from standardwebhooks import Webhook
 
 from tests.delivery.receivers import Receivers
 from tests.delivery.servers import Handler, Recorder, loopback_transport
+from wayline.core.secret import Secret
 from wayline.core.settings import DeliverySettings
 from wayline.delivery.attempt import Pending, settle
 from wayline.delivery.circuit import CircuitSettings
 from wayline.delivery.memory import MemoryStore, MemoryTransport, webhook_id
 from wayline.delivery.outcomes import Outcome
 from wayline.delivery.retry import DEFAULT_RETRY_POLICY
-from wayline.core.secret import Secret
 from wayline.delivery.stage import StageSettings, run_stage
-from wayline.delivery.storage.store import GONE_REASON, AttemptLogEntry, DeliveryLogEntry, PostgresDeliveryStore, RetryEntry
+from wayline.delivery.storage.store import (
+    GONE_REASON,
+    AttemptLogEntry,
+    DeliveryLogEntry,
+    PostgresDeliveryStore,
+    RetryEntry,
+)
 from wayline.delivery.targets import Target
 from wayline.delivery.transport import EndpointLimits, Failure, FailureKind, Request, Response, Result
 

@@ -19,10 +19,9 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import time
 import urllib.request
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -40,19 +39,18 @@ from tests.delivery.receivers import Receivers
 from tests.delivery.servers import Received, Recorder
 from tests.delivery.test_auth import CLIENT_ID, CLIENT_SECRET, TokenServer
 from tests.waiting import wait_for
-from wayline.registry.endpoint import EndpointService
 from wayline.core.envelope import Reason
 from wayline.core.kafka import ensure_topics
-from wayline.core.settings import DeliverySettings, Settings
 from wayline.core.metrics import serve_metrics
+from wayline.core.secret import Secret
+from wayline.core.settings import DeliverySettings, Settings
 from wayline.delivery.metrics import DeliveryMetrics
 from wayline.delivery.outcomes import BatchSummary, Outcome
-from wayline.core.secret import Secret
 from wayline.delivery.signing import batch_message_id, message_id
 from wayline.delivery.storage.store import GONE_REASON, DeliveryLogEntry, RetryEntry
 from wayline.registry import catalog, customer, subscription
 from wayline.registry.access import ADMIN
-from wayline.registry.endpoint import BasicAuth, BearerAuth, EndpointIn, NoAuth, OAuth2Auth, RotateIn
+from wayline.registry.endpoint import BasicAuth, BearerAuth, EndpointIn, EndpointService, NoAuth, OAuth2Auth, RotateIn
 from wayline.registry.filter import evaluate, parse_filter
 from wayline.registry.models import Subscription
 

@@ -30,15 +30,14 @@ from sqlalchemy import select
 from tests.conftest import REPO
 from tests.delivery.receivers import Receivers
 from tests.waiting import wait_for
-from wayline.registry.endpoint import EndpointService
 from wayline.core.kafka import ensure_topics
-from wayline.core.settings import Settings
 from wayline.core.secret import Secret
+from wayline.core.settings import Settings
 from wayline.delivery.signing import message_id
 from wayline.delivery.storage.store import DeliveryLogEntry, RetryEntry
 from wayline.registry import catalog, customer, subscription
 from wayline.registry.access import ADMIN
-from wayline.registry.endpoint import EndpointIn
+from wayline.registry.endpoint import EndpointIn, EndpointService
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from functools import partial
 from datetime import UTC, datetime, timedelta
+from functools import partial
 
 import orjson
 import pytest
@@ -30,21 +30,20 @@ from confluent_kafka import Producer
 from sqlalchemy import select
 from standardwebhooks import Webhook
 
+from tests import waiting
 from tests.delivery.receivers import Receivers
 from tests.delivery.servers import Recorder
-from tests import waiting
-from wayline.registry.endpoint import EndpointService
 from wayline.core.kafka import ensure_topics
-from wayline.core.settings import DeliverySettings, Settings
-from wayline.delivery.storage.drain import RetryQueue
-from wayline.delivery.metrics import DeliveryMetrics
 from wayline.core.secret import Secret
+from wayline.core.settings import DeliverySettings, Settings
+from wayline.delivery.metrics import DeliveryMetrics
 from wayline.delivery.signing import message_id
+from wayline.delivery.storage.drain import RetryQueue
 from wayline.delivery.storage.store import AttemptLogEntry, DeadLetterEntry, DeliveryLogEntry, RetryEntry
 from wayline.registry import catalog, customer, subscription
 from wayline.registry.access import ADMIN
 from wayline.registry.catalog import ENDPOINT_DISABLED, MESSAGE_DEAD_LETTERED
-from wayline.registry.endpoint import EndpointIn
+from wayline.registry.endpoint import EndpointIn, EndpointService
 from wayline.registry.models import Endpoint
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

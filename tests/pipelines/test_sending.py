@@ -11,8 +11,8 @@ from sqlalchemy import select
 
 from tests.delivery.receivers import Receivers
 from tests.delivery.servers import Recorder
-from wayline.core.settings import Settings
 from wayline.core.secret import Secret
+from wayline.core.settings import Settings
 from wayline.delivery.stage import StageSettings
 from wayline.delivery.storage.store import AttemptLogEntry, DeliveryLogEntry, RetryEntry
 from wayline.delivery.targets import Target

@@ -10,7 +10,15 @@ from fastapi import FastAPI
 
 from wayline.api import errors
 from wayline.api.routers import (
-    api_keys, attempts, catalog, customers, dead_letters, endpoint_actions, endpoints, rules, subscriptions,
+    api_keys,
+    attempts,
+    catalog,
+    customers,
+    dead_letters,
+    endpoint_actions,
+    endpoints,
+    rules,
+    subscriptions,
 )
 from wayline.core.settings import Settings
 from wayline.registry.db import Database

@@ -19,7 +19,15 @@ from wayline.core.errors import RejectedInput
 from wayline.core.settings import Settings
 from wayline.registry import api_key, catalog, customer, subscription
 from wayline.registry.access import ADMIN, Page
-from wayline.registry.endpoint import BasicAuth, BearerAuth, EndpointIn, EndpointPatch, EndpointService, NoAuth, RotateIn
+from wayline.registry.endpoint import (
+    BasicAuth,
+    BearerAuth,
+    EndpointIn,
+    EndpointPatch,
+    EndpointService,
+    NoAuth,
+    RotateIn,
+)
 
 customers_app = typer.Typer(no_args_is_help=True, help="Customers: the accounts that own endpoints.")
 keys_app = typer.Typer(no_args_is_help=True, help="API keys (shown once at creation, stored hashed).")

@@ -13,9 +13,9 @@ from wayline import compose
 from wayline.cli.output import console, guarded, job_log_file, watch
 from wayline.cli.registry import Limit, registry, show
 from wayline.core.settings import Settings
-from wayline.stack.logs import job_log
 from wayline.registry import rule
 from wayline.registry.access import ADMIN
+from wayline.stack.logs import job_log
 
 rules_app = typer.Typer(no_args_is_help=True, help="Rules: SQL filters, window aggregations and MATCH_RECOGNIZE patterns.")
 COLUMNS = ("id", "name", "kind", "partition_key", "output_topic", "status", "revision", "error")

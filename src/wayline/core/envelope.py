@@ -22,13 +22,12 @@ parser's leniency (Spark casts ``"2025"``, Python ``"2025-01-01"``) decides.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
-
-import re
 
 import orjson
 

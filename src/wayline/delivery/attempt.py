@@ -19,9 +19,9 @@ from datetime import datetime
 from enum import StrEnum
 
 from wayline.core.envelope import STRUCTURED_CONTENT_TYPE
+from wayline.core.secret import Secret
 from wayline.delivery.batch import BATCH_CONTENT_TYPE, Batch
 from wayline.delivery.retry import DEFAULT_RETRY_POLICY, Random, RetryPolicy, Verdict, classify, next_attempt_at
-from wayline.core.secret import Secret
 from wayline.delivery.signing import batch_message_id, message_id, signed_headers
 from wayline.delivery.transport import Endpoint, Failure, FailureKind, Request, Response, Result
 

@@ -15,8 +15,8 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from wayline.core.errors import RejectedInput
-from wayline.delivery.auth import BasicAuth, BearerAuth, ClientCredentials, OAuth2ClientCredentials
 from wayline.core.secret import Secret
+from wayline.delivery.auth import BasicAuth, BearerAuth, ClientCredentials, OAuth2ClientCredentials
 from wayline.delivery.transport import Auth, Endpoint, EndpointLimits, Transport
 
 if TYPE_CHECKING:

@@ -47,11 +47,11 @@ from wayline.core.kafka import ensure_topics
 from wayline.core.settings import Settings
 from wayline.delivery.batch import DEFAULT_MAX_COUNT, DEFAULT_MAX_WAIT
 from wayline.delivery.bucket import Source
-from wayline.delivery.storage.drain import RetryQueue
 from wayline.delivery.holder import Polled, SnapshotHolder
 from wayline.delivery.metrics import DeliveryMetrics
 from wayline.delivery.outcomes import BatchSummary, Tally
 from wayline.delivery.stage import StageSettings
+from wayline.delivery.storage.drain import RetryQueue
 from wayline.delivery.targets import Target, target_of
 from wayline.pipelines.batching import BATCH_TOPIC_CONFIG, bundles, chunk_batch_pairs, full_batches, start_batching
 from wayline.pipelines.envelope import ENVELOPE_COLUMNS, parse_events

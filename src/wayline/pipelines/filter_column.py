@@ -14,7 +14,20 @@ from pyspark.sql import Column
 from pyspark.sql import functions as F
 
 from wayline.core.variant import json_path
-from wayline.registry.filter import COMPARISONS, DATA_FIELD, Affix, And, Compare, Exists, Filter, In, Kind, Not, Or, Path
+from wayline.registry.filter import (
+    COMPARISONS,
+    DATA_FIELD,
+    Affix,
+    And,
+    Compare,
+    Exists,
+    Filter,
+    In,
+    Kind,
+    Not,
+    Or,
+    Path,
+)
 
 
 def to_column(filter: Filter) -> Column:

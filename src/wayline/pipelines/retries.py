@@ -36,17 +36,16 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.streaming import StreamingQuery
 
-
 from wayline.core.errors import RejectedInput
 from wayline.core.kafka import ensure_topics
 from wayline.core.settings import Settings
-from wayline.delivery.storage.drain import Failing, RetryQueue, run_retry_stage
 from wayline.delivery.holder import SnapshotHolder
 from wayline.delivery.http_client import transport_for
 from wayline.delivery.metrics import DeliveryMetrics
 from wayline.delivery.operations import OperationsProducer, dead_lettered_events, endpoint_disabled_event
 from wayline.delivery.outcomes import BatchSummary, Tally
 from wayline.delivery.stage import StageSettings
+from wayline.delivery.storage.drain import Failing, RetryQueue, run_retry_stage
 from wayline.delivery.targets import Target, target_of
 from wayline.pipelines.delivery import DELIVERY_CALLER, disable_gone
 from wayline.pipelines.micro_batch import concise_failures

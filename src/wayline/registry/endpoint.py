@@ -13,11 +13,11 @@ from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
 from wayline.core.errors import NotFound, RejectedInput
+from wayline.core.secret import Secret
 from wayline.core.settings import Settings
 from wayline.registry.access import Caller, Page, owned, page, scoped
 from wayline.registry.ids import new_id
 from wayline.registry.models import Customer, Endpoint, SigningSecret, Subscription
-from wayline.core.secret import Secret
 from wayline.registry.secrets import SecretBox
 from wayline.registry.urls import Resolver, check_endpoint_url, resolve
 

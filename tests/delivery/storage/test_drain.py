@@ -23,23 +23,26 @@ from standardwebhooks import Webhook
 from tests.delivery.receivers import Receivers
 from tests.delivery.servers import Recorder, loopback_transport
 from tests.waiting import wait_for
-from wayline.registry.endpoint import EndpointService
+from wayline.core.secret import Secret
 from wayline.delivery.attempt import Pending, WillRetry
 from wayline.delivery.circuit import CircuitSettings, CircuitState, process_breakers
-from wayline.delivery.storage.drain import EndpointHealth, RetryQueue, run_retry_stage
 from wayline.delivery.operations import dead_lettered_events
 from wayline.delivery.outcomes import Outcome
 from wayline.delivery.retry import RetryPolicy
-from wayline.core.secret import Secret
 from wayline.delivery.stage import StageSettings, run_stage
+from wayline.delivery.storage.drain import EndpointHealth, RetryQueue, run_retry_stage
 from wayline.delivery.storage.store import (
-    AttemptLogEntry, DeadLetterEntry, DeliveryLogEntry, PostgresDeliveryStore, RetryEntry,
+    AttemptLogEntry,
+    DeadLetterEntry,
+    DeliveryLogEntry,
+    PostgresDeliveryStore,
+    RetryEntry,
 )
 from wayline.delivery.targets import Target
 from wayline.delivery.transport import EndpointLimits, Failure, FailureKind
 from wayline.registry import customer
 from wayline.registry.access import ADMIN
-from wayline.registry.endpoint import EndpointIn, EndpointPatch
+from wayline.registry.endpoint import EndpointIn, EndpointPatch, EndpointService
 from wayline.registry.models import Endpoint
 
 pytestmark = pytest.mark.integration

@@ -41,7 +41,14 @@ from wayline.delivery.outcomes import Tally
 from wayline.delivery.retry import Random
 from wayline.delivery.stage import StageSettings, TransportFactory, attempt_all
 from wayline.delivery.storage.store import (
-    MAX_ERROR_CHARS, AttemptLogEntry, DeadLetterEntry, DeliveryLogEntry, RetryEntry, attempt_row, describe, failed_attempt,
+    MAX_ERROR_CHARS,
+    AttemptLogEntry,
+    DeadLetterEntry,
+    DeliveryLogEntry,
+    RetryEntry,
+    attempt_row,
+    describe,
+    failed_attempt,
 )
 from wayline.delivery.targets import Target
 from wayline.registry.ids import new_id

@@ -24,8 +24,23 @@ from datetime import datetime, timezone
 from typing import Any
 
 from sqlalchemy import (
-    ARRAY, BigInteger, DateTime, Engine, Identity, Index, Integer, LargeBinary, SmallInteger, String, Text, any_,
-    bindparam, func, select, text, union_all,
+    ARRAY,
+    BigInteger,
+    DateTime,
+    Engine,
+    Identity,
+    Index,
+    Integer,
+    LargeBinary,
+    SmallInteger,
+    String,
+    Text,
+    any_,
+    bindparam,
+    func,
+    select,
+    text,
+    union_all,
 )
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.exc import OperationalError
