@@ -46,16 +46,14 @@ import orjson
 from aiohttp import web
 from confluent_kafka import Producer
 
-from wayline.api.app import endpoint_service
+from fresh_stack import fresh_stack, machine
 from wayline.core.kafka import ensure_topics
+from wayline.core.secret import Secret
 from wayline.core.settings import Settings
-from wayline.delivery.signing import Secret
 from wayline.registry import catalog, customer, subscription
 from wayline.registry.access import ADMIN
 from wayline.registry.db import Database
-from wayline.registry.endpoint import EndpointIn
-
-from fresh_stack import fresh_stack, machine
+from wayline.registry.endpoint import EndpointIn, EndpointService
 
 RESULTS = Path(__file__).parent / "results"
 REPO = Path(__file__).resolve().parent.parent
@@ -116,7 +114,7 @@ class Receiver:
 
 
 def register(settings: Settings, database: Database, base: str, args: argparse.Namespace, event_type: str) -> None:
-    endpoints = endpoint_service(settings)
+    endpoints = EndpointService.from_settings(settings)
     with database.transaction() as session:
         catalog.create_event_type(session, ADMIN, catalog.EventTypeIn(name=event_type))
         catalog.upsert_tenants(session, ADMIN, [catalog.TenantIn(id="bench-t")])

@@ -32,20 +32,18 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
-from wayline.api.app import endpoint_service
+from fresh_stack import fresh_stack, machine
 from wayline.core.kafka import ensure_topics
 from wayline.core.settings import Settings
 from wayline.delivery.metrics import DeliveryMetrics
 from wayline.pipelines.delivery import start_delivery
 from wayline.registry import subscription
 from wayline.registry.db import Database
+from wayline.registry.endpoint import EndpointService, NoAuth
 from wayline.stack import loadgen
 from wayline.stack.receiver import Receiver, ReceiverServer
 from wayline.stack.seed import SeedEndpoint, seed
 from wayline.stack.spark import spark_session
-from wayline.registry.endpoint import NoAuth
-
-from fresh_stack import fresh_stack, machine
 
 RESULTS = Path(__file__).resolve().parent / "results"
 ENDPOINTS = 5
@@ -124,7 +122,7 @@ def one_run(spark: Any, base: Settings, database: Database, receiver_url: str, s
     })
     topics = loadgen.topics(prefix)
     ensure_topics(settings.kafka_bootstrap(), topics, settings.kafka.topic_partitions)
-    endpoints = endpoint_service(settings)
+    endpoints = EndpointService.from_settings(settings)
     seeded = seed(database, endpoints, receiver_url, shape(mode, run))
     secrets_out.send(seeded.secrets)
     factory = loadgen.EventFactory(topic_prefix=prefix, run_id=run)

@@ -44,7 +44,7 @@ import orjson
 from aiohttp import web
 from confluent_kafka import Producer
 
-from wayline.api.app import endpoint_service
+from fresh_stack import fresh_stack, machine
 from wayline.core.kafka import ensure_topics
 from wayline.core.settings import Settings
 from wayline.delivery.metrics import DeliveryMetrics
@@ -52,10 +52,8 @@ from wayline.pipelines.delivery import start_delivery
 from wayline.registry import catalog, customer, subscription
 from wayline.registry.access import ADMIN
 from wayline.registry.db import Database
-from wayline.registry.endpoint import EndpointIn
+from wayline.registry.endpoint import EndpointIn, EndpointService
 from wayline.stack.spark import spark_session
-
-from fresh_stack import fresh_stack, machine
 
 RESULTS = Path(__file__).parent / "results"
 PER_CUSTOMER = 100
@@ -134,7 +132,7 @@ def kinds(endpoints: int, faulty: bool, rng: random.Random) -> list[str]:
 def register(database: Database, settings: Settings, receiver: str, scenario: str, shape: list[str]) -> str:
     """Endpoints and subscriptions of one scenario; returns its event type."""
     event_type = f"bench.{scenario}.event"
-    service = endpoint_service(settings)
+    service = EndpointService.from_settings(settings)
     with database.transaction() as session:
         catalog.upsert_tenants(session, ADMIN, [catalog.TenantIn(id=f"{scenario}-{n}") for n in range(len(shape))])
         catalog.create_event_type(session, ADMIN, catalog.EventTypeIn(name=event_type))
@@ -203,7 +201,7 @@ def scenario_run(spark: Any, base: Settings, database: Database, receiver: str, 
     produce(settings.kafka_bootstrap(), topic, event_type, scenario, scenario + "w", warmup, None)
     root = base.state_dir / "checkpoints" / scenario
     metrics = DeliveryMetrics()
-    job = start_delivery(spark, settings, database, endpoint_service(settings), metrics,
+    job = start_delivery(spark, settings, database, EndpointService.from_settings(settings), metrics,
                          checkpoint=root / "delivery")
     result: dict[str, Any] = {"scenario": scenario, "faulty": faulty, "endpoints": args.endpoints,
                               "healthy_endpoints": shape.count("ok")}

@@ -37,7 +37,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 import orjson  # noqa: E402
 from aiohttp import web  # noqa: E402
 
-from wayline.delivery.signing import Secret, message_id, signed_headers  # noqa: E402
+from wayline.core.secret import Secret  # noqa: E402
+from wayline.delivery.signing import message_id, signed_headers  # noqa: E402
 
 SECRET = Secret.generate()
 Send = Callable[[str, bytes, dict[str, str]], Awaitable[int]]

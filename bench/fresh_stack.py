@@ -23,7 +23,7 @@ def fresh_stack(state: Path, **overrides: Any) -> Iterator[tuple[Settings, Datab
     shutil.rmtree(state, ignore_errors=True)
     settings = Settings(state_dir=state, **overrides)
     local.up(settings)
-    engine = make_engine(settings)
+    engine = make_engine(settings.postgres_dsn())
     try:
         migrate(engine)
         yield settings, Database(engine)

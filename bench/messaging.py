@@ -30,13 +30,12 @@ import httpx
 import orjson
 from confluent_kafka import Producer
 
+from fresh_stack import fresh_stack, machine
 from wayline.core.kafka import ensure_topics
 from wayline.messaging.producer import producer_config
 from wayline.registry import api_key
 from wayline.registry.access import ADMIN
 from wayline.stack.process import free_port
-
-from fresh_stack import fresh_stack, machine
 
 RESULTS = Path(__file__).parent / "results"
 TXN_BATCHES = 10

@@ -38,7 +38,7 @@ from confluent_kafka import Consumer, Producer
 from fresh_stack import fresh_stack, machine
 from wayline.core.kafka import ensure_topics
 from wayline.core.settings import Settings
-from wayline.registry import reconciliation as service
+from wayline.recon import reconciliation as service
 from wayline.registry.access import ADMIN
 from wayline.registry.db import Database
 

@@ -27,13 +27,13 @@ from pathlib import Path
 
 from sqlalchemy import insert
 
-from wayline.api.app import endpoint_service
 from wayline.core.kafka import ensure_topics
+from wayline.core.secret import Secret
 from wayline.core.settings import Settings
 from wayline.registry.db import Database, make_engine, migrate
+from wayline.registry.endpoint import EndpointService
 from wayline.registry.ids import new_id
 from wayline.registry.models import Customer, Endpoint, EventType, SigningSecret, Subscription, Tenant
-from wayline.delivery.signing import Secret
 from wayline.registry.secrets import SecretBox
 from wayline.registry.snapshot import load_snapshot
 from wayline.stack import loadgen, local
@@ -116,10 +116,10 @@ def main() -> None:
         "events": args.events, "runs": args.runs,
     }
     try:
-        engine = make_engine(settings)
+        engine = make_engine(settings.postgres_dsn())
         migrate(engine)
         database = Database(engine)
-        service = endpoint_service(settings)
+        service = EndpointService.from_settings(settings)
         seed_seconds = timed(lambda: seed_registry(database, SecretBox.from_settings(settings), random.Random(3),
                                                    args.endpoints, args.subscriptions))
         report["seed_s"] = round(seed_seconds, 2)

@@ -28,13 +28,12 @@ from typing import Any
 
 from confluent_kafka import Consumer, Producer
 
+from fresh_stack import fresh_stack, machine
 from wayline.core.kafka import ensure_topics
 from wayline.delivery.attempt import Pending, Succeeded, WillRetry
-from wayline.delivery.drain import RetryQueue
-from wayline.delivery.store import PostgresDeliveryStore
+from wayline.delivery.storage.drain import RetryQueue
+from wayline.delivery.storage.store import PostgresDeliveryStore
 from wayline.delivery.transport import Response
-
-from fresh_stack import fresh_stack, machine
 
 RESULTS = Path(__file__).parent / "results"
 PAYLOAD = b"x" * 512

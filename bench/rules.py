@@ -234,7 +234,7 @@ def main() -> None:
         started = time.perf_counter()
         produce(bootstrap, args.events)
         produced_s = time.perf_counter() - started
-        engine = make_engine(settings)
+        engine = make_engine(settings.postgres_dsn())
         migrate(engine)
         database = Database(engine)
         from wayline.stack.spark import spark_session

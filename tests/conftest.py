@@ -71,7 +71,7 @@ def database(settings: Settings) -> Iterator[object]:
     """The registry database, migrated to the newest schema."""
     from wayline.registry.db import Database, make_engine, migrate
 
-    engine = make_engine(settings)
+    engine = make_engine(settings.postgres_dsn())
     migrate(engine)
     yield Database(engine)
     engine.dispose()

@@ -17,13 +17,14 @@ from standardwebhooks import Webhook
 
 from tests.delivery.receivers import Receivers
 from tests.delivery.servers import Recorder, loopback_transport
+from wayline.core.secret import Secret
 from wayline.delivery.attempt import Pending
 from wayline.delivery.circuit import CircuitSettings
-from wayline.delivery.drain import RetryQueue, run_retry_stage
 from wayline.delivery.retry import RetryPolicy
-from wayline.delivery.signing import Secret, message_id
+from wayline.delivery.signing import message_id
 from wayline.delivery.stage import StageSettings, run_stage
-from wayline.delivery.store import PostgresDeliveryStore
+from wayline.delivery.storage.drain import RetryQueue, run_retry_stage
+from wayline.delivery.storage.store import PostgresDeliveryStore
 from wayline.delivery.targets import Target
 from wayline.delivery.transport import EndpointLimits
 

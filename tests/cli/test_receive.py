@@ -13,7 +13,7 @@ import orjson
 import pytest
 from standardwebhooks import Webhook
 
-from wayline.delivery.signing import Secret
+from wayline.core.secret import Secret
 from wayline.registry.access import ADMIN
 from wayline.registry.endpoint import EndpointIn
 from wayline.stack.process import free_port
@@ -79,10 +79,10 @@ def test_a_malformed_secret_option_is_a_usage_error() -> None:
 
 @pytest.mark.integration
 def test_without_secrets_it_trusts_the_registrys_endpoints_at_its_address(settings, database) -> None:
-    from wayline.api.app import endpoint_service
     from wayline.registry import customer
+    from wayline.registry.endpoint import EndpointService
 
-    service = endpoint_service(settings.model_copy(update={
+    service = EndpointService.from_settings(settings.model_copy(update={
         "registry": settings.registry.model_copy(update={"url_allow_list": ["127.0.0.1/32"]})}))
     process, base = start([], env={"WAYLINE_STATE_DIR": str(settings.state_dir)})
     try:

@@ -5,10 +5,11 @@ import orjson
 from standardwebhooks import Webhook
 
 from wayline.core.envelope import STRUCTURED_CONTENT_TYPE
+from wayline.core.secret import Secret
 from wayline.delivery.attempt import DeadLettered, DeadLetterReason, Gone, Kind, Pending, Succeeded, WillRetry, settle
 from wayline.delivery.batch import BATCH_CONTENT_TYPE, Batch, BatchItem, BatchKey
 from wayline.delivery.retry import HeldBack, RetryPolicy
-from wayline.delivery.signing import Secret, batch_message_id, message_id
+from wayline.delivery.signing import batch_message_id, message_id
 from wayline.delivery.transport import Endpoint, Failure, FailureKind, Response
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)

@@ -12,12 +12,13 @@ from standardwebhooks import Webhook
 
 from tests.delivery.servers import Recorder, loopback_transport, serve
 from wayline.core.errors import RetryLater
+from wayline.core.secret import Secret
 from wayline.delivery.attempt import Pending, WillRetry, settle
 from wayline.delivery.auth import BasicAuth
 from wayline.delivery.batch import Batcher, BatchItem, BatchKey, BatchLimits
 from wayline.delivery.circuit import CircuitBreakers, CircuitSettings, CircuitState
 from wayline.delivery.dispatch import Dispatcher, TokenBucket
-from wayline.delivery.signing import Secret
+from wayline.delivery.memory import MemoryTransport
 from wayline.delivery.transport import Endpoint, EndpointLimits, Failure, FailureKind, Request, Response
 
 
@@ -267,3 +268,30 @@ def test_single_and_batch_deliveries_arrive_signed_and_authenticated() -> None:
     assert single.headers["content-type"] == "application/cloudevents+json"
     assert batched.headers["content-type"] == "application/cloudevents-batch+json"
     assert single.headers["authorization"] == batched.headers["authorization"] == "Basic d2F5bGluZTpzM2NyZXQ="
+
+
+def test_the_in_flight_limit_and_the_deadline_hold_on_the_in_memory_transport_too() -> None:
+    active, peak = 0, 0
+
+    async def answer(sent: Request) -> Response:
+        nonlocal active, peak
+        active += 1
+        peak = max(peak, active)
+        await asyncio.sleep(60 if sent.endpoint.id == "ep_hang" else 0.01)
+        active -= 1
+        return Response(200, {}, b"", 0.01)
+
+    limited = Endpoint("ep_1", "http://127.0.0.1:9/", limits=EndpointLimits(max_in_flight=2))
+    hanging = Endpoint("ep_hang", "http://127.0.0.1:9/")
+
+    async def scenario() -> list[object]:
+        async with MemoryTransport(answer) as transport:
+            return await Dispatcher(transport).deliver_all(
+                [request(limited, n) for n in range(8)] + [request(hanging)], deadline_s=0.5)
+
+    started = time.monotonic()
+    results = asyncio.run(scenario())
+    assert time.monotonic() - started < 5
+    assert all(isinstance(r, Response) for r in results[:8])
+    assert isinstance(results[8], Failure) and results[8].kind == FailureKind.DEADLINE
+    assert peak <= 3, "two for the limited endpoint, one for the hanging one"

@@ -8,9 +8,8 @@ from datetime import UTC, datetime
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from wayline.core.errors import ConfigError
-from wayline.delivery.attempt import Pending, settle
 from wayline.core.metrics import serve_metrics
+from wayline.delivery.attempt import Pending, settle
 from wayline.delivery.metrics import DeliveryMetrics
 from wayline.delivery.outcomes import BatchSummary, Outcome, Tally
 from wayline.delivery.transport import Failure, FailureKind, Response, Result

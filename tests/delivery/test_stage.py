@@ -17,19 +17,26 @@ from standardwebhooks import Webhook
 
 from tests.delivery.receivers import Receivers
 from tests.delivery.servers import Handler, Recorder, loopback_transport
+from wayline.core.secret import Secret
 from wayline.core.settings import DeliverySettings
 from wayline.delivery.attempt import Pending, settle
 from wayline.delivery.circuit import CircuitSettings, process_breakers
-from wayline.delivery.drain import RetryQueue
+from wayline.delivery.memory import MemoryStore, MemoryTransport, webhook_id
 from wayline.delivery.outcomes import Outcome
 from wayline.delivery.retry import DEFAULT_RETRY_POLICY
-from wayline.delivery.signing import Secret
 from wayline.delivery.stage import StageSettings, run_stage
-from wayline.delivery.store import (
-    GONE_REASON, AttemptLogEntry, DeliveryLogEntry, EndpointHealth, GoneSubscription, PostgresDeliveryStore, RetryEntry,
+from wayline.delivery.storage.drain import RetryQueue
+from wayline.delivery.storage.store import (
+    GONE_REASON,
+    AttemptLogEntry,
+    DeliveryLogEntry,
+    EndpointHealth,
+    GoneSubscription,
+    PostgresDeliveryStore,
+    RetryEntry,
 )
 from wayline.delivery.targets import Target
-from wayline.delivery.transport import EndpointLimits, Failure, FailureKind, Response
+from wayline.delivery.transport import EndpointLimits, Failure, FailureKind, Request, Response, Result
 
 SECRET = Secret.generate()
 DEADLINE_S = 0.5
@@ -365,3 +372,32 @@ def test_outcomes_are_recorded_while_the_stage_is_still_sending(database, unique
             release.set()
             stage.join(30)
     assert store.settled([pendings[-1].webhook_id]) == {pendings[-1].webhook_id}
+
+
+# -- the same stage on the in-memory transport and store: no servers, no database --------------
+
+
+def test_a_stage_in_memory_skips_what_is_settled_defers_the_failing_and_records_the_rest() -> None:
+    async def answer(request: Request) -> Result:
+        if request.endpoint.id == "ep_hang":
+            await asyncio.sleep(60)
+        return Response({"ep_ok": 200, "ep_busy": 503}[request.endpoint.id], {}, b"", 0.001)
+
+    transport, store = MemoryTransport(answer), MemoryStore()
+    targets = {name: target(name, f"http://127.0.0.1:9/{name}") for name in ("ep_ok", "ep_busy", "ep_hang", "ep_down")}
+    pendings = [single("mem", f"e-{name}", name) for name in targets]
+    pendings.append(single("mem", "e-ep_ok", "ep_ok"))  # the same webhook id again
+    settings = StageSettings(deadline_s=DEADLINE_S)
+
+    tally = run_stage(pendings, targets, store, transport.factory(), settings, failing={"ep_down"})
+    again = run_stage(pendings, targets, store, transport.factory(), settings)
+
+    assert sorted(r.endpoint.id for r in transport.requests) == ["ep_busy", "ep_hang", "ep_ok"]
+    assert Webhook(SECRET.text).verify(transport.requests[0].body, dict(transport.requests[0].headers))
+    assert (tally.total(Outcome.DELIVERED), tally.total(Outcome.RETRIED), tally.total(Outcome.SKIPPED)) == (1, 3, 1)
+    assert again.total(Outcome.SKIPPED) == len(pendings) and len(transport.requests) == 3
+    kinds = {webhook_id(state): state for state in store.states.values()}
+    by_endpoint = {p.endpoint_id: kinds[p.webhook_id] for p in pendings}
+    assert by_endpoint["ep_hang"].outcome.kind == FailureKind.DEADLINE  # type: ignore[union-attr]
+    assert by_endpoint["ep_down"].outcome.kind == FailureKind.DEFERRED  # type: ignore[union-attr]
+    assert by_endpoint["ep_busy"].outcome.status == 503  # type: ignore[union-attr]

@@ -5,9 +5,9 @@ from datetime import timedelta
 
 from pydantic import SecretStr
 
+from wayline.core.secret import Secret
 from wayline.delivery.auth import BasicAuth, BearerAuth, ClientCredentials, OAuth2ClientCredentials
 from wayline.delivery.http_client import AiohttpTransport
-from wayline.delivery.signing import Secret
 from wayline.delivery.targets import target_of
 from wayline.delivery.transport import EndpointLimits
 from wayline.registry import endpoint as registry

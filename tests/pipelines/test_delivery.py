@@ -19,10 +19,9 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import time
 import urllib.request
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -39,18 +38,19 @@ from standardwebhooks import Webhook
 from tests.delivery.receivers import Receivers
 from tests.delivery.servers import Received, Recorder
 from tests.delivery.test_auth import CLIENT_ID, CLIENT_SECRET, TokenServer
-from wayline.api.app import endpoint_service
+from tests.waiting import wait_for
 from wayline.core.envelope import Reason
 from wayline.core.kafka import ensure_topics
-from wayline.core.settings import DeliverySettings, Settings
 from wayline.core.metrics import serve_metrics
+from wayline.core.secret import Secret
+from wayline.core.settings import DeliverySettings, Settings
 from wayline.delivery.metrics import DeliveryMetrics
 from wayline.delivery.outcomes import BatchSummary, Outcome
-from wayline.delivery.signing import Secret, batch_message_id, message_id
-from wayline.delivery.store import GONE_REASON, DeliveryLogEntry, RetryEntry
+from wayline.delivery.signing import batch_message_id, message_id
+from wayline.delivery.storage.store import GONE_REASON, DeliveryLogEntry, RetryEntry
 from wayline.registry import catalog, customer, subscription
 from wayline.registry.access import ADMIN
-from wayline.registry.endpoint import BasicAuth, BearerAuth, EndpointIn, NoAuth, OAuth2Auth, RotateIn
+from wayline.registry.endpoint import BasicAuth, BearerAuth, EndpointIn, EndpointService, NoAuth, OAuth2Auth, RotateIn
 from wayline.registry.filter import evaluate, parse_filter
 from wayline.registry.models import Subscription
 
@@ -251,14 +251,6 @@ class Scenario:
         return all(got[name] >= ids for name, ids in self.batched(act).items())
 
 
-def wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 120) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
-
-
 def rows_seen(metrics: DeliveryMetrics) -> int:
     seen = metrics.overview()
     return seen.events + seen.quarantined
@@ -278,7 +270,7 @@ def scenario(api_settings: Settings, database, spark, tmp_path_factory: pytest.T
     bootstrap = settings.kafka_bootstrap()
     ensure_topics(bootstrap, TOPICS, 2)
     checkpoint = tmp_path_factory.mktemp("delivery") / "checkpoint"
-    endpoints = endpoint_service(settings)
+    endpoints = EndpointService.from_settings(settings)
     recorder = Recorder()
     tokens = TokenServer()
 

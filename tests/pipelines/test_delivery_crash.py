@@ -29,14 +29,15 @@ from sqlalchemy import select
 
 from tests.conftest import REPO
 from tests.delivery.receivers import Receivers
-from wayline.api.app import endpoint_service
+from tests.waiting import wait_for
 from wayline.core.kafka import ensure_topics
+from wayline.core.secret import Secret
 from wayline.core.settings import Settings
-from wayline.delivery.signing import Secret, message_id
-from wayline.delivery.store import DeliveryLogEntry, RetryEntry
+from wayline.delivery.signing import message_id
+from wayline.delivery.storage.store import DeliveryLogEntry, RetryEntry
 from wayline.registry import catalog, customer, subscription
 from wayline.registry.access import ADMIN
-from wayline.registry.endpoint import EndpointIn
+from wayline.registry.endpoint import EndpointIn, EndpointService
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -99,19 +100,11 @@ def kill_hard(job: subprocess.Popen[bytes]) -> None:
     job.wait(timeout=30)
 
 
-def wait_for(condition: object, what: str, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():  # type: ignore[operator]
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.5)
-
-
 @pytest.fixture(scope="module")
 def crashed_and_restarted(api_settings: Settings, database, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     bootstrap = api_settings.kafka_bootstrap()
     ensure_topics(bootstrap, TOPICS, 2)
-    endpoints = endpoint_service(api_settings)
+    endpoints = EndpointService.from_settings(api_settings)
     arrivals = Arrivals()
     log = tmp_path_factory.mktemp("crash") / "job.log"
     with Receivers() as receivers:

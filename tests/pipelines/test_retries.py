@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from functools import partial
 
 import orjson
 import pytest
@@ -29,19 +30,20 @@ from confluent_kafka import Producer
 from sqlalchemy import select
 from standardwebhooks import Webhook
 
+from tests import waiting
 from tests.delivery.receivers import Receivers
 from tests.delivery.servers import Recorder
-from wayline.api.app import endpoint_service
 from wayline.core.kafka import ensure_topics
+from wayline.core.secret import Secret
 from wayline.core.settings import DeliverySettings, Settings
-from wayline.delivery.drain import RetryQueue
 from wayline.delivery.metrics import DeliveryMetrics
-from wayline.delivery.signing import Secret, message_id
-from wayline.delivery.store import AttemptLogEntry, DeadLetterEntry, DeliveryLogEntry, RetryEntry
+from wayline.delivery.signing import message_id
+from wayline.delivery.storage.drain import RetryQueue
+from wayline.delivery.storage.store import AttemptLogEntry, DeadLetterEntry, DeliveryLogEntry, RetryEntry
 from wayline.registry import catalog, customer, subscription
 from wayline.registry.access import ADMIN
 from wayline.registry.catalog import ENDPOINT_DISABLED, MESSAGE_DEAD_LETTERED
-from wayline.registry.endpoint import EndpointIn
+from wayline.registry.endpoint import EndpointIn, EndpointService
 from wayline.registry.models import Endpoint
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -75,11 +77,8 @@ class Scenario:
         return {message_id(f"rty-{n}", self.subscription_ids[name]) for n in range(MESSAGES)}
 
 
-def wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 180) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.25)
+# The retry path's schedule and leases make its waits longer than the default.
+wait_for = partial(waiting.wait_for, timeout_s=180)
 
 
 @pytest.fixture(scope="module")
@@ -98,7 +97,7 @@ def scenario(api_settings: Settings, database, spark, tmp_path_factory: pytest.T
     })
     ensure_topics(settings.kafka_bootstrap(), [TOPIC], 2)
     root = tmp_path_factory.mktemp("retries")
-    endpoints = endpoint_service(settings)
+    endpoints = EndpointService.from_settings(settings)
     recorder = Recorder()
     record = Scenario(recorder, {}, {}, {})
     seen: Counter[str] = Counter()

@@ -221,7 +221,7 @@ def scenario(settings: Settings, spark, database, admin_api: str, admin_key: str
         assert changed.status_code == 200, changed.text
         result.rules["filter_changed"] = changed.json()
         assert api.delete(f"/rules/{result.rules['window']['id']}").status_code == 204
-        time.sleep(3 * job_settings.rules.version_poll_s + 2)
+        outputs.wait_for(lambda _: job.rereads_registry(), 60, job)
         prices = [10, 8, 6, 7, 9]
         produce([("u5", event(f"p{i}", "rul.price", 3700 + i, {"user": "u5", "price": p})) for i, p in enumerate(prices)]
                 + [("o5", event("o5", "rul.order", 3700, {"amount": 10})),
@@ -237,7 +237,7 @@ def scenario(settings: Settings, spark, database, admin_api: str, admin_key: str
         result.rules["looping"] = deploy("looping", LOOPING, time_budget_ms=2000)
         result.rules["hoarder"] = deploy("hoarder", HOARDER, state_budget=20)
         result.rules["twin"] = deploy("twin", TWIN)
-        time.sleep(3 * job_settings.rules.version_poll_s + 2)
+        outputs.wait_for(lambda _: job.rereads_registry(), 60, job)
         # u7's prices are powers of two: every split of its rows between A and B has its own
         # sums, so the looping rule's ways of matching double with each row.
         produce([("u6", event(f"l{i}", "rul.load", 7300 + i, {"user": "u6", "price": 1})) for i in range(30)]

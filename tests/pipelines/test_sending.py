@@ -11,10 +11,10 @@ from sqlalchemy import select
 
 from tests.delivery.receivers import Receivers
 from tests.delivery.servers import Recorder
+from wayline.core.secret import Secret
 from wayline.core.settings import Settings
-from wayline.delivery.signing import Secret
 from wayline.delivery.stage import StageSettings
-from wayline.delivery.store import AttemptLogEntry, DeliveryLogEntry, RetryEntry
+from wayline.delivery.storage.store import AttemptLogEntry, DeliveryLogEntry, RetryEntry
 from wayline.delivery.targets import Target
 from wayline.delivery.transport import EndpointLimits
 from wayline.pipelines.sending import TALLY_SCHEMA, PartitionSender, task_settings

@@ -9,10 +9,9 @@ from datetime import timedelta
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from wayline.recon import store
+from wayline.recon import reconciliation, store
 from wayline.recon.metrics import ReconMetrics
 from wayline.recon.state import Counts, Emitted
-from wayline.registry import reconciliation
 from wayline.registry.access import ADMIN
 
 pytestmark = pytest.mark.integration

@@ -9,9 +9,9 @@ from datetime import timedelta
 import orjson
 import pytest
 
+from wayline.core.errors import Forbidden, RejectedInput
 from wayline.core.kafka import ensure_topics
 from wayline.registry import catalog, customer, subscription
-from wayline.core.errors import Forbidden, RejectedInput
 from wayline.registry.access import ADMIN, Caller
 from wayline.registry.endpoint import EndpointIn, EndpointPatch, EndpointService
 from wayline.registry.filter import evaluate, parse_filter

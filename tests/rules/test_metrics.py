@@ -5,7 +5,7 @@ import urllib.request
 from prometheus_client.parser import text_string_to_metric_families
 
 from wayline.core.metrics import serve_metrics
-from wayline.pipelines.rules import JobCounters, RuleCounters
+from wayline.rules.counters import JobCounters, RuleCounters
 from wayline.rules.metrics import RulesMetrics
 
 

@@ -6,15 +6,21 @@ can serve the same registry.
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 from fastapi import FastAPI
 
 from wayline.api import errors
 from wayline.api.routers import (
-    api_keys, attempts, catalog, customers, dead_letters, endpoint_actions, endpoints, rules, subscriptions,
+    api_keys,
+    attempts,
+    catalog,
+    customers,
+    dead_letters,
+    endpoint_actions,
+    endpoints,
+    reconciliations,
+    rules,
+    subscriptions,
 )
-from wayline.api.routers import reconciliations
 from wayline.core.settings import Settings
 from wayline.registry.db import Database
 from wayline.registry.endpoint import EndpointService
@@ -22,21 +28,12 @@ from wayline.registry.secrets import SecretBox
 from wayline.registry.urls import Resolver, resolve
 
 
-def endpoint_service(settings: Settings, resolver: Resolver = resolve, box: SecretBox | None = None) -> EndpointService:
-    return EndpointService(
-        box or SecretBox.from_settings(settings),
-        list(settings.registry.url_allow_list),
-        timedelta(seconds=settings.registry.secret_overlap_s),
-        resolver,
-    )
-
-
 def create_app(settings: Settings, database: Database, resolver: Resolver = resolve) -> FastAPI:
     app = FastAPI(title="Wayline admin API", version="1", description=__doc__)
     app.state.settings = settings
     app.state.database = database
     app.state.secret_box = SecretBox.from_settings(settings)
-    app.state.endpoints = endpoint_service(settings, resolver, app.state.secret_box)
+    app.state.endpoints = EndpointService.from_settings(settings, resolver, app.state.secret_box)
     errors.install(app)
     for router in (customers.router, api_keys.router, catalog.router, endpoints.router, subscriptions.router,
                    rules.router, endpoint_actions.router, attempts.router, dead_letters.router):
@@ -50,4 +47,4 @@ def create_app(settings: Settings, database: Database, resolver: Resolver = reso
     return app
 
 
-__all__ = ["create_app", "endpoint_service"]
+__all__ = ["create_app"]

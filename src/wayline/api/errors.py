@@ -12,7 +12,16 @@ from fastapi.responses import JSONResponse
 from sqlalchemy.exc import DataError, OperationalError
 from starlette.exceptions import HTTPException
 
-from wayline.core.errors import Conflict, Forbidden, NotFound, RejectedInput, RetryLater, TooLarge, TooMany, Unauthorized
+from wayline.core.errors import (
+    Conflict,
+    Forbidden,
+    NotFound,
+    RejectedInput,
+    RetryLater,
+    TooLarge,
+    TooMany,
+    Unauthorized,
+)
 
 STATUS = {Unauthorized: 401, Forbidden: 403, NotFound: 404, Conflict: 409, TooLarge: 413, TooMany: 429}
 CODES = {Unauthorized: "unauthorized", Forbidden: "forbidden", NotFound: "not_found", Conflict: "conflict",

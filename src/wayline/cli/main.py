@@ -12,6 +12,7 @@ import typer
 from rich.console import RenderableType
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from wayline import compose
 from wayline.cli.messaging import register as register_messaging
 from wayline.cli.output import console, guarded, job_log_file, watch
 from wayline.cli.recon import recon_app, watch_recon
@@ -39,15 +40,12 @@ app.add_typer(recon_app, name="recon")
 
 def _start_stack(settings: Settings) -> local.StackState:
     """The stack, with the registry schema migrated: what every other command expects."""
-    from wayline.registry.db import make_engine, migrate
+    from wayline.registry.db import migrate
 
     with console.status("starting Kafka and PostgreSQL…"):
         state = local.up(settings)
-        engine = make_engine(settings)
-        try:
-            migrate(engine)
-        finally:
-            engine.dispose()
+        with compose.database(settings) as registry:
+            migrate(registry.engine)
     return state
 
 
@@ -145,46 +143,32 @@ def _watch_delivery(settings: Settings, receiver: Receiver | None = None,
     ``receiver``, the view shows what each of its endpoints got. With ``retries``, the retry
     query runs beside it in the same Spark session (counted in the same metrics).
     ``on_running`` is called once the queries run, before the view starts."""
-    from wayline.api.app import endpoint_service
     from wayline.cli.views import delivery_view
-    from wayline.core.metrics import serve_metrics
     from wayline.delivery.metrics import DeliveryMetrics
-    from wayline.pipelines.delivery import start_delivery
-    from wayline.pipelines.retries import start_retries
-    from wayline.registry.db import Database, make_engine
-    from wayline.stack.spark import spark_session
 
     metrics = DeliveryMetrics()
-    server = serve_metrics(metrics, settings.delivery.metrics_host, settings.delivery.metrics_port,
-                           "WAYLINE_DELIVERY__METRICS_PORT")
-    engine = make_engine(settings)
-    try:
-        with job_log(job_log_file(settings, "delivery")):
-            with console.status("starting Spark…"):
-                spark = spark_session(settings)
-            job = start_delivery(spark, settings, Database(engine), endpoint_service(settings), metrics)
-            console.print(f"delivering; metrics at {server.where}; Ctrl-C stops")
+    with (compose.metrics_served(metrics, settings.delivery.metrics_host, settings.delivery.metrics_port,
+                                 "WAYLINE_DELIVERY__METRICS_PORT") as server,
+          job_log(job_log_file(settings, "delivery")),
+          compose.wired(settings, console.status("starting Spark…")) as wiring):
+        job = compose.delivery_job(wiring, metrics)
+        console.print(f"delivering; metrics at {server.where}; Ctrl-C stops")
 
-            def view() -> RenderableType:
-                progress = job.matching.lastProgress or {}
-                return delivery_view(metrics.overview(), float(progress.get("inputRowsPerSecond") or 0),
-                                     receiver.stats() if receiver else {})
+        def view() -> RenderableType:
+            progress = job.matching.lastProgress or {}
+            return delivery_view(metrics.overview(), float(progress.get("inputRowsPerSecond") or 0),
+                                 receiver.stats() if receiver else {})
 
-            retry_query = (start_retries(spark, settings, Database(engine), endpoint_service(settings), metrics)
-                           if retries else None)
-            on_running()
-            try:
-                watch(job, view, "delivery job",
-                      lambda: stop_when() or (retry_query is not None and not retry_query.isActive))
-                if retry_query is not None and retry_query.exception() is not None:
-                    raise WaylineError(f"the retry query failed: {retry_query.exception()}")
-            finally:
-                if retry_query is not None:
-                    retry_query.stop()
-                spark.stop()
-    finally:
-        server.close()
-        engine.dispose()
+        retry_query = compose.retry_query(wiring, metrics) if retries else None
+        on_running()
+        try:
+            watch(job, view, "delivery job",
+                  lambda: stop_when() or (retry_query is not None and not retry_query.isActive))
+            if retry_query is not None and retry_query.exception() is not None:
+                raise WaylineError(f"the retry query failed: {retry_query.exception()}")
+        finally:
+            if retry_query is not None:
+                retry_query.stop()
 
 
 @run_app.command("delivery")
@@ -212,40 +196,26 @@ def run_recon() -> None:
 @guarded
 def run_retries() -> None:
     """Drain the retry store: re-attempt due deliveries, dead-letter the exhausted, disable endpoints failing too long."""
-    from wayline.api.app import endpoint_service
-    from wayline.core.metrics import serve_metrics
     from wayline.delivery.metrics import DeliveryMetrics
     from wayline.delivery.outcomes import Outcome
-    from wayline.pipelines.retries import start_retries
-    from wayline.registry.db import Database, make_engine
-    from wayline.stack.spark import spark_session
 
     settings = Settings()
     metrics = DeliveryMetrics()
-    server = serve_metrics(metrics, settings.delivery.metrics_host, settings.delivery.retry_metrics_port,
-                           "WAYLINE_DELIVERY__RETRY_METRICS_PORT")
-    engine = make_engine(settings)
-    try:
-        with job_log(job_log_file(settings, "retries")):
-            with console.status("starting Spark…"):
-                spark = spark_session(settings)
-            query = start_retries(spark, settings, Database(engine), endpoint_service(settings), metrics)
-            console.print(f"draining retries every {settings.delivery.retry_poll_s:g} s; metrics at {server.where}; "
-                          "Ctrl-C stops")
+    with (compose.metrics_served(metrics, settings.delivery.metrics_host, settings.delivery.retry_metrics_port,
+                                 "WAYLINE_DELIVERY__RETRY_METRICS_PORT") as server,
+          job_log(job_log_file(settings, "retries")),
+          compose.wired(settings, console.status("starting Spark…")) as wiring):
+        query = compose.retry_query(wiring, metrics)
+        console.print(f"draining retries every {settings.delivery.retry_poll_s:g} s; metrics at {server.where}; "
+                      "Ctrl-C stops")
 
-            def view() -> RenderableType:
-                seen = metrics.overview()
-                return (f"{seen.deliveries[Outcome.DELIVERED]:,} delivered on retry · "
-                        f"{seen.deliveries[Outcome.RETRIED]:,} to retry again · "
-                        f"{seen.deliveries[Outcome.DEAD_LETTERED]:,} dead-lettered")
+        def view() -> RenderableType:
+            seen = metrics.overview()
+            return (f"{seen.deliveries[Outcome.DELIVERED]:,} delivered on retry · "
+                    f"{seen.deliveries[Outcome.RETRIED]:,} to retry again · "
+                    f"{seen.deliveries[Outcome.DEAD_LETTERED]:,} dead-lettered")
 
-            try:
-                watch(query, view, "retry query")
-            finally:
-                spark.stop()
-    finally:
-        server.close()
-        engine.dispose()
+        watch(query, view, "retry query")
 
 
 @serve_app.command("admin")
@@ -257,12 +227,8 @@ def serve_admin(
     """Serve the admin API (OpenAPI at /docs). Stateless: run as many as you like."""
     import uvicorn
 
-    from wayline.api.app import create_app
-    from wayline.registry.db import Database, make_engine
-
     settings = Settings()
-    uvicorn.run(create_app(settings, Database(make_engine(settings))),
-                host=host or settings.api.host, port=port or settings.api.port)
+    uvicorn.run(compose.admin_app(settings), host=host or settings.api.host, port=port or settings.api.port)
 
 
 def _path_secrets(given: list[str]) -> dict[str, list[str]]:
@@ -288,21 +254,21 @@ def receive(
     shows requests, events, bad signatures and latency per path; Ctrl-C stops."""
     from rich.live import Live
 
-    from wayline.api.app import endpoint_service
     from wayline.cli.views import received_table
     from wayline.registry.db import Database, make_engine
+    from wayline.registry.endpoint import EndpointService
     from wayline.stack.receiver import Receiver, ReceiverServer, registry_secrets
 
     given = _path_secrets(secret)
     settings = Settings()
-    engine = None if given else make_engine(settings)
+    engine = None if given else make_engine(settings.postgres_dsn())
     receiver = Receiver(given)
     server = ReceiverServer(receiver, port)
     bases = [server.url, f"http://localhost:{server.port}"]
 
     def trust_registry() -> None:  # endpoints made or rotated while it runs are trusted too
         if engine is not None:
-            receiver.trust(registry_secrets(Database(engine), endpoint_service(settings), bases))
+            receiver.trust(registry_secrets(Database(engine), EndpointService.from_settings(settings), bases))
 
     try:
         trust_registry()
@@ -335,8 +301,7 @@ def demo(
 ) -> None:
     """Start the stack, seed sample subscriptions, produce a stream and deliver it to a local
     receiver that checks every signature. Ctrl-C stops all."""
-    from wayline.api.app import endpoint_service
-    from wayline.registry.db import Database, make_engine
+    from wayline.registry.endpoint import EndpointService
     from wayline.stack.receiver import Receiver, ReceiverServer
     from wayline.stack.seed import seed
 
@@ -360,11 +325,8 @@ def demo(
     receiver = ReceiverServer(Receiver())
     producer = threading.Thread(target=feed, name="wayline-demo-producer", daemon=True)
     try:
-        engine = make_engine(settings)
-        try:
-            seeded = seed(Database(engine), endpoint_service(settings), receiver.url)
-        finally:
-            engine.dispose()
+        with compose.database(settings) as registry:
+            seeded = seed(registry, EndpointService.from_settings(settings), receiver.url)
         receiver.receiver.trust(seeded.secrets)
         for described in seeded.subscriptions.values():
             console.print(f"  subscription {described}")

@@ -119,7 +119,7 @@ def serve_messaging(
     from wayline.registry.db import Database, make_engine
 
     settings = Settings()
-    uvicorn.run(create_messaging_app(settings, Database(make_engine(settings))),
+    uvicorn.run(create_messaging_app(settings, Database(make_engine(settings.postgres_dsn()))),
                 host=host or settings.messaging.host, port=port or settings.messaging.port)
 
 
@@ -138,7 +138,7 @@ def _serve_all() -> None:
     from wayline.registry.db import Database, make_engine
 
     settings = Settings()
-    database = Database(make_engine(settings))
+    database = Database(make_engine(settings.postgres_dsn()))
     app = create_app(settings, database)
     mount(app, settings, database)
     uvicorn.run(app, host=settings.api.host, port=settings.api.port)

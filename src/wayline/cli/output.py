@@ -7,7 +7,7 @@ import functools
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 import typer
 from pydantic import ValidationError
@@ -16,6 +16,7 @@ from rich.live import Live
 
 from wayline.core.errors import WaylineError
 from wayline.core.settings import Settings
+from wayline.pipelines.job import Job
 
 console = Console()
 F = TypeVar("F", bound=Callable[..., Any])
@@ -49,18 +50,7 @@ def job_log_file(settings: Settings, job: str) -> Path:
     return log_file
 
 
-class Running(Protocol):
-    """A streaming query, or a job of several, as the live view watches it."""
-
-    @property
-    def isActive(self) -> bool: ...  # noqa: N802 - StreamingQuery's name
-
-    def exception(self) -> Any: ...
-
-    def stop(self) -> None: ...
-
-
-def watch(job: Running, view: Callable[[], RenderableType], what: str,
+def watch(job: Job, view: Callable[[], RenderableType], what: str,
           stop_when: Callable[[], bool] = lambda: False) -> None:
     """Show ``view`` twice a second while ``job`` runs, until Ctrl-C or ``stop_when``; then stop it."""
     try:
@@ -79,4 +69,4 @@ def watch(job: Running, view: Callable[[], RenderableType], what: str,
         job.stop()
 
 
-__all__ = ["Running", "console", "guarded", "job_log_file", "watch"]
+__all__ = ["console", "guarded", "job_log_file", "watch"]

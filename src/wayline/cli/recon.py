@@ -9,10 +9,11 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from wayline import compose
 from wayline.cli.output import console, guarded, job_log_file, watch
 from wayline.cli.registry import Limit, registry, show
 from wayline.core.settings import Settings
-from wayline.registry import reconciliation
+from wayline.recon import reconciliation
 from wayline.registry.access import ADMIN
 from wayline.stack.logs import job_log
 
@@ -142,36 +143,22 @@ def recon_status(
 
 def watch_recon(settings: Settings) -> None:
     """Run the recon job with a live view and Prometheus gauges until Ctrl-C."""
-    from wayline.core.metrics import serve_metrics
-    from wayline.pipelines.recon import ReconJob
     from wayline.recon.metrics import ReconMetrics
-    from wayline.registry.db import Database, make_engine
-    from wayline.stack.spark import spark_session
 
-    engine = make_engine(settings)
-    database = Database(engine)
-    server = serve_metrics(ReconMetrics(database), settings.recon.metrics_host, settings.recon.metrics_port,
-                           "WAYLINE_RECON__METRICS_PORT")
-    try:
-        with job_log(job_log_file(settings, "recon")):
-            with console.status("starting Spark…"):
-                spark = spark_session(settings)
-            job = ReconJob(spark, settings, database, settings.checkpoint_root / "recon").start()
-            console.print(f"reconciling {len(job.recon_set.specs)} reconciliations; metrics at {server.where}; "
-                          "Ctrl-C stops")
+    with job_log(job_log_file(settings, "recon")):
+        with compose.wired(settings, console.status("starting Spark…")) as wiring:
+            job = compose.recon_job(wiring)
+            with compose.metrics_served(ReconMetrics(wiring.database), settings.recon.metrics_host,
+                                        settings.recon.metrics_port, "WAYLINE_RECON__METRICS_PORT") as server:
+                console.print(f"reconciling {len(job.recon_set.specs)} reconciliations; metrics at {server.where}; "
+                              "Ctrl-C stops")
 
-            def view() -> str:
-                seen = job.counters
-                return (f"{seen.batches:,} micro-batches · {seen.missing:,} missing · {seen.found:,} found · "
-                        f"{seen.published:,} windows published · {seen.restarts} restarts")
+                def view() -> str:
+                    seen = job.counters
+                    return (f"{seen.batches:,} micro-batches · {seen.missing:,} missing · {seen.found:,} found · "
+                            f"{seen.published:,} windows published · {seen.restarts} restarts")
 
-            try:
                 watch(job, view, "recon job")
-            finally:
-                spark.stop()
-    finally:
-        server.close()
-        engine.dispose()
 
 
 __all__ = ["recon_app", "watch_recon"]

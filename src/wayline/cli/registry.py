@@ -13,13 +13,21 @@ from pydantic import BaseModel
 from rich.table import Table
 from sqlalchemy.orm import Session
 
+from wayline import compose
 from wayline.cli.output import console, guarded
 from wayline.core.errors import RejectedInput
 from wayline.core.settings import Settings
 from wayline.registry import api_key, catalog, customer, subscription
 from wayline.registry.access import ADMIN, Page
-from wayline.registry.db import Database, make_engine
-from wayline.registry.endpoint import BasicAuth, BearerAuth, EndpointIn, EndpointPatch, EndpointService, NoAuth, RotateIn
+from wayline.registry.endpoint import (
+    BasicAuth,
+    BearerAuth,
+    EndpointIn,
+    EndpointPatch,
+    EndpointService,
+    NoAuth,
+    RotateIn,
+)
 
 customers_app = typer.Typer(no_args_is_help=True, help="Customers: the accounts that own endpoints.")
 keys_app = typer.Typer(no_args_is_help=True, help="API keys (shown once at creation, stored hashed).")
@@ -37,15 +45,9 @@ Limit = Annotated[int, typer.Option(help="rows to show")]
 
 @contextmanager
 def registry() -> Iterator[tuple[Session, EndpointService]]:
-    from wayline.api.app import endpoint_service
-
     settings = Settings()
-    engine = make_engine(settings)
-    try:
-        with Database(engine).transaction() as session:
-            yield session, endpoint_service(settings)
-    finally:
-        engine.dispose()
+    with compose.database(settings) as database, database.transaction() as session:
+        yield session, EndpointService.from_settings(settings)
 
 
 def show(rows: Sequence[BaseModel] | Page[Any], columns: Sequence[str], title: str,

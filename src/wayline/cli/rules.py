@@ -3,20 +3,19 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.live import Live
 from rich.table import Table
 
-from wayline.cli.output import console, guarded, job_log_file
+from wayline import compose
+from wayline.cli.output import console, guarded, job_log_file, watch
 from wayline.cli.registry import Limit, registry, show
 from wayline.core.settings import Settings
-from wayline.stack.logs import job_log
 from wayline.registry import rule
 from wayline.registry.access import ADMIN
+from wayline.stack.logs import job_log
 
 rules_app = typer.Typer(no_args_is_help=True, help="Rules: SQL filters, window aggregations and MATCH_RECOGNIZE patterns.")
 COLUMNS = ("id", "name", "kind", "partition_key", "output_topic", "status", "revision", "error")
@@ -111,45 +110,21 @@ def _policy() -> rule.RulePolicy:
 
 def watch_rules(settings: Settings) -> None:
     """Run the rules job with a live per-rule view until Ctrl-C."""
-    from wayline.core.metrics import serve_metrics
-    from wayline.pipelines.rules import RulesJob
-    from wayline.registry.db import Database, make_engine
     from wayline.registry.rule_control import ControlTopic
     from wayline.rules.metrics import RulesMetrics
-    from wayline.stack.spark import spark_session
 
-    engine = make_engine(settings)
-    server = None
-    try:
-        with job_log(job_log_file(settings, "rules")):
-            control = ControlTopic(settings)
-            try:
-                with console.status("starting Spark…"):
-                    spark = spark_session(settings)
-                job = RulesJob(spark, settings, Database(engine), settings.checkpoint_root / "rules", control).start()
-                server = serve_metrics(RulesMetrics(job.counters), settings.rules.metrics_host, settings.rules.metrics_port,
-                                       "WAYLINE_RULES__METRICS_PORT")
-                console.print(f"running rules; control topic {settings.rules.control_topic}; metrics at {server.where}; "
-                              "Ctrl-C stops")
-                try:
-                    # stderr stays where job_log points it (the job's log file), not above the view.
-                    with Live(console=console, refresh_per_second=2, redirect_stderr=False) as live:
-                        while True:
-                            job.raise_if_failed()
-                            live.update(_view(job))
-                            # Not awaitTermination: Ctrl-C must land outside a call into the JVM.
-                            time.sleep(0.5)
-                except KeyboardInterrupt:
-                    console.print("stopping…")
-                finally:
-                    job.stop()
-                    spark.stop()
-            finally:
-                control.close()
-    finally:
-        if server is not None:
-            server.close()
-        engine.dispose()
+    with job_log(job_log_file(settings, "rules")):
+        control = ControlTopic(settings)
+        try:
+            with compose.wired(settings, console.status("starting Spark…")) as wiring:
+                job = compose.rules_job(wiring, control)
+                with compose.metrics_served(RulesMetrics(job.counters), settings.rules.metrics_host,
+                                            settings.rules.metrics_port, "WAYLINE_RULES__METRICS_PORT") as server:
+                    console.print(f"running rules; control topic {settings.rules.control_topic}; "
+                                  f"metrics at {server.where}; Ctrl-C stops")
+                    watch(job, lambda: _view(job), "rules job")
+        finally:
+            control.close()
 
 
 __all__ = ["rules_app", "watch_rules"]

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.console import Group
 from rich.table import Table
-
-from typing import Any
 
 from wayline.delivery.metrics import Overview
 from wayline.delivery.outcomes import Outcome

@@ -8,9 +8,9 @@ Wayline requires the extension attribute ``tenantid``; ``subtenantid`` is option
 
 A record that is not a usable event is *rejected* with a reason code and a readable
 detail, and the pipeline sends it, unchanged, to the quarantine topic with both in
-headers. This module is the reference definition (pure Python, used by producers,
-the API and the tests); ``wayline.pipelines.envelope`` applies the same rules as Spark
-SQL expressions, and the integration tests hold the two to the same answers.
+headers. This module is the reference definition, in pure Python, and the constants the
+delivery path shares; ``wayline.pipelines.envelope`` applies the same rules as Spark SQL
+expressions, and the integration tests hold the two to the same answers.
 
 Attribute values that are JSON numbers or booleans are read as their JSON text (``5``
 → ``"5"``), as Spark's ``from_json`` does; an empty string counts as missing.
@@ -22,13 +22,12 @@ parser's leniency (Spark casts ``"2025"``, Python ``"2025-01-01"``) decides.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
-
-import re
 
 import orjson
 

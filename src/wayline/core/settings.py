@@ -29,6 +29,10 @@ from pydantic_settings import (
 from wayline.core.errors import ConfigError
 
 CONFIG_FILE_ENV = "WAYLINE_CONFIG"
+# The retry schedule when neither the deployment nor the endpoint sets one: the delay
+# before each attempt (the first at once), about a day in all; ±20% jitter on each.
+DEFAULT_RETRY_SCHEDULE_S = (0.0, 5.0, 300.0, 1800.0, 7200.0, 18_000.0, 36_000.0, 36_000.0)
+DEFAULT_RETRY_JITTER = 0.2
 
 
 def _in_checkout(*parts: str) -> Path:
@@ -123,10 +127,8 @@ class DeliverySettings(_Section):
         default=2, ge=1, description="tasks the matched pairs are spread over, by endpoint, for sending"
     )
     # The delay before each attempt, from the first (0: at once); the length is the number of attempts.
-    retry_schedule_s: list[float] = Field(
-        default_factory=lambda: [0.0, 5.0, 300.0, 1800.0, 7200.0, 18_000.0, 36_000.0, 36_000.0], min_length=1
-    )
-    retry_jitter: float = Field(default=0.2, ge=0, lt=1)
+    retry_schedule_s: list[float] = Field(default_factory=lambda: list(DEFAULT_RETRY_SCHEDULE_S), min_length=1)
+    retry_jitter: float = Field(default=DEFAULT_RETRY_JITTER, ge=0, lt=1)
     # Each Python worker's breaker per endpoint; open: requests go to the retry store unsent.
     circuit_consecutive_failures: int = Field(default=5, ge=1, description="this many failures in a row open it")
     circuit_failure_rate: float = Field(
@@ -359,6 +361,8 @@ class Settings(BaseSettings):
 
 
 __all__ = [
+    "DEFAULT_RETRY_JITTER",
+    "DEFAULT_RETRY_SCHEDULE_S",
     "ApiSettings",
     "CONFIG_FILE_ENV",
     "DeliverySettings",

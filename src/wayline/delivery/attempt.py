@@ -20,11 +20,18 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 
 from wayline.core.envelope import STRUCTURED_CONTENT_TYPE
+from wayline.core.secret import Secret
 from wayline.delivery.batch import BATCH_CONTENT_TYPE, Batch
 from wayline.delivery.retry import (
-    DEFAULT_RETRY_POLICY, HeldBack, Random, RetryPolicy, Verdict, classify, next_attempt_at,
+    DEFAULT_RETRY_POLICY,
+    HeldBack,
+    Random,
+    RetryPolicy,
+    Verdict,
+    classify,
+    next_attempt_at,
 )
-from wayline.delivery.signing import Secret, batch_message_id, message_id, signed_headers
+from wayline.delivery.signing import batch_message_id, message_id, signed_headers
 from wayline.delivery.transport import Endpoint, FailureKind, Request, Response, Result
 
 

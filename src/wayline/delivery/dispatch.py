@@ -27,7 +27,16 @@ from datetime import datetime, timedelta, timezone
 from wayline.core.errors import RetryLater
 from wayline.delivery.circuit import CircuitBreaker, CircuitBreakers, Throttles
 from wayline.delivery.retry import DEFAULT_MAX_RETRY_AFTER, GONE, HeldBack, Verdict, classify, retry_after
-from wayline.delivery.transport import Endpoint, EndpointLimits, Failure, FailureKind, Request, Response, Result, Transport
+from wayline.delivery.transport import (
+    Endpoint,
+    EndpointLimits,
+    Failure,
+    FailureKind,
+    Request,
+    Response,
+    Result,
+    Transport,
+)
 
 
 class TokenBucket:

@@ -21,7 +21,7 @@ import orjson
 from confluent_kafka import KafkaException, Producer
 
 from wayline.core.errors import RetryLater
-from wayline.delivery.drain import Buried, Failing
+from wayline.delivery.storage.drain import Buried, Failing
 from wayline.registry.catalog import ENDPOINT_DISABLED, MESSAGE_DEAD_LETTERED
 
 OPERATIONS_ID_PREFIX = "wlop_"

@@ -19,19 +19,11 @@ from enum import StrEnum
 from typing import Protocol
 
 from wayline.core.errors import RejectedInput
+from wayline.core.settings import DEFAULT_RETRY_JITTER, DEFAULT_RETRY_SCHEDULE_S
 from wayline.delivery.transport import Failure, FailureKind, Response, Result
 
-DEFAULT_SCHEDULE: tuple[timedelta, ...] = (
-    timedelta(0),
-    timedelta(seconds=5),
-    timedelta(minutes=5),
-    timedelta(minutes=30),
-    timedelta(hours=2),
-    timedelta(hours=5),
-    timedelta(hours=10),
-    timedelta(hours=10),
-)
-DEFAULT_JITTER = 0.2
+DEFAULT_SCHEDULE = tuple(timedelta(seconds=s) for s in DEFAULT_RETRY_SCHEDULE_S)
+DEFAULT_JITTER = DEFAULT_RETRY_JITTER
 DEFAULT_MAX_RETRY_AFTER = timedelta(hours=1)
 
 GONE = 410

@@ -1,4 +1,4 @@
-"""Standard Webhooks signing: the headers, the secrets and the stable message ids.
+"""Standard Webhooks signing: the headers and the stable message ids (the secrets: ``wayline.core.secret``).
 
 Every request carries ``webhook-id``, ``webhook-timestamp`` (unix seconds of this
 attempt) and ``webhook-signature``: ``v1,<base64 HMAC-SHA256>`` of
@@ -12,65 +12,24 @@ attempt and every replay: it is derived from what is delivered, never drawn at r
 from __future__ import annotations
 
 import base64
-import binascii
 import hashlib
 import hmac
-import secrets as _random
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 
 from wayline.core.errors import RejectedInput
+from wayline.core.secret import Secret
 
 ID_HEADER = "webhook-id"
 TIMESTAMP_HEADER = "webhook-timestamp"
 SIGNATURE_HEADER = "webhook-signature"
-SECRET_PREFIX = "whsec_"
 MESSAGE_ID_PREFIX = "msg_"
 SIGNATURE_VERSION = "v1"
-# The spec's bounds for a symmetric secret: at least 192 bits, at most 512.
-MIN_SECRET_BYTES = 24
-MAX_SECRET_BYTES = 64
-GENERATED_SECRET_BYTES = 32
 
 # Distinct personalisations keep a single event's id and a batch's id from ever
 # colliding, even for inputs that would encode alike.
 _SINGLE_PERSON = b"wayline.single"
 _BATCH_PERSON = b"wayline.batch"
 _ID_DIGEST_BYTES = 16
-
-
-@dataclass(frozen=True, slots=True)
-class Secret:
-    """One endpoint signing secret. Its repr never shows the key."""
-
-    key: bytes = field(repr=False)
-
-    def __post_init__(self) -> None:
-        if not MIN_SECRET_BYTES <= len(self.key) <= MAX_SECRET_BYTES:
-            raise RejectedInput(
-                f"a signing secret must be {MIN_SECRET_BYTES} to {MAX_SECRET_BYTES} bytes, "
-                f"not {len(self.key)}"
-            )
-
-    @classmethod
-    def parse(cls, text: str) -> Secret:
-        """Read a ``whsec_<base64>`` secret as customers see it."""
-        if not text.startswith(SECRET_PREFIX):
-            raise RejectedInput(f"a signing secret must start with {SECRET_PREFIX!r}")
-        try:
-            key = base64.b64decode(text[len(SECRET_PREFIX):], validate=True)
-        except binascii.Error as exc:
-            raise RejectedInput("a signing secret must be base64 after its prefix") from exc
-        return cls(key)
-
-    @classmethod
-    def generate(cls) -> Secret:
-        return cls(_random.token_bytes(GENERATED_SECRET_BYTES))
-
-    @property
-    def text(self) -> str:
-        """The ``whsec_`` form, to show the customer once and to store encrypted."""
-        return SECRET_PREFIX + base64.b64encode(self.key).decode("ascii")
 
 
 def sign(msg_id: str, timestamp: int, body: bytes, secrets: Sequence[Secret]) -> str:
@@ -123,16 +82,11 @@ def _digest_id(person: bytes, parts: Sequence[str]) -> str:
 
 
 __all__ = [
-    "GENERATED_SECRET_BYTES",
     "ID_HEADER",
-    "MAX_SECRET_BYTES",
     "MESSAGE_ID_PREFIX",
-    "MIN_SECRET_BYTES",
-    "SECRET_PREFIX",
     "SIGNATURE_HEADER",
     "SIGNATURE_VERSION",
     "TIMESTAMP_HEADER",
-    "Secret",
     "batch_message_id",
     "message_id",
     "sign",

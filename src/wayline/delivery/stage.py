@@ -28,8 +28,9 @@ import contextlib
 import random
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
+from typing import Protocol
 
 from wayline.core.settings import DeliverySettings
 from wayline.delivery.attempt import DeadLettered, DeadLetterReason, Pending, State, defer, hold, settle
@@ -37,7 +38,6 @@ from wayline.delivery.circuit import CircuitSettings, process_breakers, process_
 from wayline.delivery.dispatch import Dispatcher
 from wayline.delivery.outcomes import Tally
 from wayline.delivery.retry import DEFAULT_RETRY_POLICY, HeldBack, Random, RetryPolicy
-from wayline.delivery.store import DeliveryStore
 from wayline.delivery.targets import Target
 from wayline.delivery.transport import Endpoint, Failure, FailureKind, Request, Result, Transport
 
@@ -49,6 +49,33 @@ Record = Callable[[Sequence[State]], None]
 # one write), in one statement per table per batch rather than one round trip per request.
 SETTLE_EVERY_S = 0.15
 SETTLE_BATCH = 500
+
+
+@dataclass(frozen=True, slots=True)
+class Blocked:
+    """What may not be sent to now, whatever the registry snapshot says."""
+
+    gone: frozenset[str] = frozenset()
+    """Subscriptions disabled, or whose endpoint answered 410 Gone since they last changed."""
+    throttled: dict[str, datetime] = field(default_factory=dict)
+    """Endpoints that asked for a pause, and until when."""
+
+
+class DeliveryStore(Protocol):
+    """What a delivery stage needs from storage; ``wayline.delivery.storage`` keeps it in PostgreSQL,
+    and the retry path reads the same tables."""
+
+    def settled(self, webhook_ids: Collection[str]) -> set[str]:
+        """The ids among these that need no sending: acknowledged, handed to the retry path, or dead."""
+        ...
+
+    def blocked(self, subscription_ids: Collection[str], endpoint_ids: Collection[str]) -> Blocked:
+        """Which of these subscriptions are gone and which of these endpoints are throttled."""
+        ...
+
+    def record(self, states: Sequence[State]) -> None:
+        """Keep the outcome of each attempt: successes in the log, the rest in the retry store."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,5 +288,7 @@ async def _attempt(
     return [state for state in states if state is not None]
 
 
-__all__ = ["SETTLE_BATCH", "SETTLE_EVERY_S", "Record", "StageSettings", "TransportFactory", "abandon", "attempt_all",
-           "run_stage"]
+__all__ = [
+    "Blocked", "DeliveryStore", "Record", "SETTLE_BATCH", "SETTLE_EVERY_S", "StageSettings", "TransportFactory", "abandon",
+    "attempt_all", "run_stage",
+]

@@ -15,12 +15,12 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from wayline.core.errors import RejectedInput
+from wayline.core.secret import Secret
 from wayline.delivery.auth import BasicAuth, BearerAuth, ClientCredentials, OAuth2ClientCredentials
-from wayline.delivery.signing import Secret
 from wayline.delivery.transport import Auth, Endpoint, EndpointLimits, Transport
 
 if TYPE_CHECKING:
-    # Only for types: the registry imports the delivery package, so a runtime import would be circular.
+    # Only for types: the snapshot module loads SQLAlchemy, which the delivery core does without.
     from wayline.registry.snapshot import EndpointTarget
 
 Credentials = BasicAuth | BearerAuth | ClientCredentials

@@ -40,19 +40,18 @@ from pyspark import Broadcast
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
-from sqlalchemy.exc import OperationalError
 
 from wayline.core.envelope import BINARY_PREFIX
-from wayline.core.errors import RejectedInput, RetryLater
+from wayline.core.errors import RejectedInput
 from wayline.core.kafka import ensure_topics
 from wayline.core.settings import Settings
 from wayline.delivery.batch import DEFAULT_MAX_COUNT, DEFAULT_MAX_WAIT
 from wayline.delivery.bucket import Source
-from wayline.delivery.drain import RetryQueue
 from wayline.delivery.holder import Polled, SnapshotHolder
 from wayline.delivery.metrics import DeliveryMetrics
 from wayline.delivery.outcomes import BatchSummary, Tally
 from wayline.delivery.stage import StageSettings
+from wayline.delivery.storage.drain import RetryQueue
 from wayline.delivery.targets import Target, target_of
 from wayline.pipelines.batching import BATCH_TOPIC_CONFIG, bundles, chunk_batch_pairs, full_batches, start_batching
 from wayline.pipelines.envelope import ENVELOPE_COLUMNS, parse_events
@@ -231,14 +230,6 @@ def deliver_micro_batch(
     )
 
 
-def _registry_version(database: Database) -> int:
-    try:
-        return database.current_version()
-    except OperationalError as exc:
-        # A transient outage: the holder keeps the snapshot it has and polls again.
-        raise RetryLater(f"the registry database is unreachable: {exc.orig}") from exc
-
-
 GONE_REASON = "its endpoint answered 410 Gone"
 
 
@@ -318,7 +309,7 @@ def start_delivery(
     registry that cannot be read is an error here rather than in a query thread."""
     holder = SnapshotHolder(
         load=lambda: load_live_snapshot(spark, database, endpoints),
-        version=lambda: _registry_version(database),
+        version=database.current_version,
         poll_s=settings.delivery.version_poll_s,
         retire=lambda live: live.targets.unpersist(),
     )

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from wayline.registry.filter import to_column
+from wayline.pipelines.filter_column import to_column
 from wayline.registry.snapshot import ANY, Snapshot
 
 MATCH_KEYS_SCHEMA = "event_type string, tenant_key string, subtenant_key string, subscription_id string, filter_id int"

@@ -53,13 +53,13 @@ from wayline.core.settings import Settings
 from wayline.pipelines.envelope import parse_events, valid_events
 from wayline.pipelines.micro_batch import concise_failures, interrupted
 from wayline.pipelines.source import read_kafka
+from wayline.recon import reconciliation as service
 from wayline.recon import store
 from wayline.recon.events import id_event, metrics_event
 from wayline.recon.periods import Periods
+from wayline.recon.reconciliation import SideIn
 from wayline.recon.state import COUNT_NAMES, Bucket, Counts, Emitted, Record, Step
-from wayline.registry import reconciliation as service
 from wayline.registry.db import Database
-from wayline.registry.reconciliation import SideIn
 
 log = logging.getLogger(__name__)
 

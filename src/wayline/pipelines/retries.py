@@ -9,7 +9,7 @@ checkpoint like any query. Each micro-batch (``foreachBatch``, on the driver):
 2. if any entry is due, runs one drain task per shard of endpoints (``mapInArrow`` over the shard numbers):
    each task claims its shard's due entries from PostgreSQL itself, attempts them through
    the same stage pieces as the main path and settles them
-   (:mod:`wayline.delivery.drain`) — payloads never pass through the driver;
+   (:mod:`wayline.delivery.storage.drain`) — payloads never pass through the driver;
 3. disables the subscriptions whose endpoint answered 410;
 4. moves the entries no attempt is left for into the dead-letter store, and announces
    each on the operations topic before that move commits;
@@ -36,18 +36,16 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.streaming import StreamingQuery
 
-from sqlalchemy.exc import OperationalError
-
-from wayline.core.errors import RejectedInput, RetryLater
+from wayline.core.errors import RejectedInput
 from wayline.core.kafka import ensure_topics
 from wayline.core.settings import Settings
-from wayline.delivery.drain import Failing, RetryQueue, run_retry_stage
 from wayline.delivery.holder import SnapshotHolder
 from wayline.delivery.http_client import transport_for
 from wayline.delivery.metrics import DeliveryMetrics
 from wayline.delivery.operations import OperationsProducer, dead_lettered_events, endpoint_disabled_event
 from wayline.delivery.outcomes import BatchSummary, Tally
 from wayline.delivery.stage import StageSettings
+from wayline.delivery.storage.drain import Failing, RetryQueue, run_retry_stage
 from wayline.delivery.targets import Target, target_of
 from wayline.pipelines.delivery import DELIVERY_CALLER, disable_gone
 from wayline.pipelines.micro_batch import concise_failures
@@ -69,14 +67,6 @@ RETENTION_POLL_S = 600.0
 class LiveTargets:
     version: int
     targets: Broadcast[dict[str, Target]]
-
-
-def _registry_version(database: Database) -> int:
-    try:
-        return database.current_version()
-    except OperationalError as exc:
-        # A transient outage: the holder keeps the targets it has and polls again.
-        raise RetryLater(f"the registry database is unreachable: {exc.orig}") from exc
 
 
 def load_targets(spark: SparkSession, database: Database, endpoints: EndpointService) -> LiveTargets:
@@ -103,7 +93,7 @@ class ShardDrainer:
         shards = [shard for batch in batches for shard in batch.column("shard").to_pylist()]
         if not shards:
             return
-        engine = make_engine(self._settings)
+        engine = make_engine(self._settings.postgres_dsn())
         try:
             queue = RetryQueue(engine)
             tally = Tally()
@@ -152,7 +142,7 @@ def start_retries(
     delivery = settings.delivery
     holder = SnapshotHolder(
         load=lambda: load_targets(spark, database, endpoints),
-        version=lambda: _registry_version(database),
+        version=database.current_version,
         poll_s=delivery.version_poll_s,
         retire=lambda live: live.targets.unpersist(),
     )

@@ -47,9 +47,7 @@ import pickle
 import random
 import threading
 import time
-from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from functools import reduce
 from pathlib import Path
@@ -71,15 +69,15 @@ from wayline.pipelines.micro_batch import concise_failures, interrupted
 from wayline.pipelines.source import read_kafka, write_to_kafka
 from wayline.registry import rule as rule_service
 from wayline.registry.db import Database, make_engine
-from wayline.registry.models import Rule
+from wayline.rules.counters import EMIT, EVENT, FAILURE, METRICS, JobCounters, Report
 from wayline.rules.engine import OUTPUT_SOURCE_PREFIX, ActiveRule, GroupEvaluator, cloudevent
 from wayline.rules.prefilter import Prefilter
-from wayline.rules.rule import DATA, EVENT_COLUMNS, compile_rule, parse_key
+from wayline.rules.rule import DATA, EVENT_COLUMNS, parse_key
+from wayline.rules.ruleset import RuleSet, RuleSets, rule_set
 
 log = logging.getLogger(__name__)
 
 PASS = ""  # the key_spec of the events passed to the stateless rules
-EVENT, EMIT, FAILURE, METRICS = "event", "emit", "failure", "metrics"
 COUNT = "count"  # the micro-batch's number of events, computed in the driver's first job
 OUTPUT_SCHEMA = StructType([
     StructField("out_kind", StringType()),
@@ -100,53 +98,9 @@ _TIME_COLUMNS = ("time", "event_time")
 # -- rule sets ---------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class RuleSet:
-    version: int
-    rules: tuple[ActiveRule, ...]
-
-    @property
-    def filters(self) -> list[ActiveRule]:
-        return [rule for rule in self.rules if not rule.compiled.stateful]
-
-    @property
-    def key_specs(self) -> tuple[str, ...]:
-        return tuple(sorted({rule.key_spec for rule in self.rules if rule.compiled.stateful}))
-
-    def by_state_key(self) -> dict[str, ActiveRule]:
-        return {rule.state_key: rule for rule in self.rules}
-
-
-_compiled: dict[tuple[str, int], ActiveRule] = {}
-
-
-def active_rule(row: Rule) -> ActiveRule:
-    """The registry row compiled for running; compiled once per (id, revision) per process."""
-    cached = _compiled.get((row.id, row.revision))
-    if cached is None:
-        key = tuple(parse_key(text) for text in row.partition_key)
-        cached = _compiled[(row.id, row.revision)] = ActiveRule(
-            id=row.id, revision=row.revision, name=row.name,
-            compiled=compile_rule(row.sql, key),
-            output_topic=row.output_topic, output_type=row.output_type,
-            state_budget=row.state_budget, time_budget_ms=row.time_budget_ms,
-        )
-    return cached
-
-
 def load_rule_set(database: Database) -> RuleSet:
     with database.transaction() as session:
-        version = rule_service.rules_version(session)
-        rows = rule_service.running(session)
-        rules = []
-        for row in rows:
-            try:
-                rules.append(active_rule(row))
-            except WaylineError as exc:
-                # Checked at submit time; a rule that no longer compiles (an upgrade changed
-                # the compiler) must not stop the others.
-                log.error("rule %s (%s) does not compile: %s", row.name, row.id, exc)
-        return RuleSet(version, tuple(rules))
+        return rule_set(rule_service.rules_version(session), rule_service.running(session))
 
 
 class _WorkerRules:
@@ -154,30 +108,20 @@ class _WorkerRules:
 
     _lock = threading.Lock()
     _databases: dict[str, Database] = {}
-    _sets: dict[str, RuleSet] = {}
+    _sets = RuleSets()
 
     @classmethod
     def current(cls, dsn: str) -> RuleSet:
         with cls._lock:
             database = cls._databases.get(dsn)
             if database is None:
-                database = cls._databases[dsn] = Database(make_engine(_DsnSettings(dsn)))  # type: ignore[arg-type]
-            with database.transaction() as session:
-                version = rule_service.rules_version(session)
-            known = cls._sets.get(dsn)
-            if known is None or known.version != version:
-                known = cls._sets[dsn] = load_rule_set(database)
-            return known
+                database = cls._databases[dsn] = Database(make_engine(dsn))
+        return cls._sets.current(dsn, lambda: _rules_version(database), lambda: load_rule_set(database))
 
 
-@dataclass(frozen=True)
-class _DsnSettings:
-    """Just what ``make_engine`` reads, so a worker need not rebuild the whole settings."""
-
-    dsn: str
-
-    def postgres_dsn(self) -> str:
-        return self.dsn
+def _rules_version(database: Database) -> int:
+    with database.transaction() as session:
+        return rule_service.rules_version(session)
 
 
 # -- the stateful processor -------------------------------------------------------------------
@@ -430,36 +374,11 @@ def filters_output(events: DataFrame, rules: Sequence[ActiveRule]) -> DataFrame:
 # -- the job ----------------------------------------------------------------------------------
 
 
-@dataclass
-class RuleCounters:
-    name: str
-    input: int = 0
-    matches: int = 0
-    micros: int = 0
-    state: int = 0
-    late: int = 0
-    quarantined: int = 0
-
-
-@dataclass
-class JobCounters:
-    batches: int = 0
-    events: int = 0
-    restarts: int = 0
-    reloads: int = 0
-    rules: dict[str, RuleCounters] = field(default_factory=dict)
-    quarantined: list[tuple[str, str]] = field(default_factory=list)
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-
-    def rule(self, active: ActiveRule) -> RuleCounters:
-        counters = self.rules.get(active.id)
-        if counters is None:
-            counters = self.rules[active.id] = RuleCounters(active.name)
-        return counters
-
-
 class RulesJob:
-    """The rules query and its driver-side loop: registry polling, quarantine, restarts."""
+    """The rules query and its driver-side loop: registry polling, quarantine, restarts.
+
+    A :class:`~wayline.pipelines.job.Job`: watched like a single query, though it restarts
+    its query when a new partition key needs a new branch of the plan."""
 
     def __init__(self, spark: SparkSession, settings: Settings, database: Database, checkpoint: Path,
                  control: Any | None = None) -> None:
@@ -499,11 +418,28 @@ class RulesJob:
         if self._query is not None:
             self._query.stop()
 
-    def raise_if_failed(self) -> None:
+    def rereads_registry(self) -> bool:
+        """Whether the next micro-batch reads the rules version again before its events (the
+        registry is read at most every ``rules.version_poll_s``, and only when a batch runs):
+        a rule change made before then applies to the events of that batch."""
+        return time.monotonic() - self._checked_at >= self._settings.rules.version_poll_s
+
+    @property
+    def isActive(self) -> bool:  # noqa: N802 - reads like StreamingQuery's
+        """Running, through restarts on the checkpoint, until stopped or failed."""
+        return not self._stopping.is_set() and self.exception() is None
+
+    def exception(self) -> BaseException | None:
         if self._error is not None:
-            raise self._error
+            return self._error
         if self._query is not None and self._query.exception() is not None:
-            raise WaylineError(f"the rules query failed: {self._query.exception()}")
+            return WaylineError(f"the rules query failed: {self._query.exception()}")
+        return None
+
+    def raise_if_failed(self) -> None:
+        failure = self.exception()
+        if failure is not None:
+            raise failure
 
     def _start_query(self) -> None:
         specs = self._rules.key_specs
@@ -528,7 +464,7 @@ class RulesJob:
             try:
                 assert self._query is not None
                 self._query.stop()
-                self.counters.restarts += 1
+                self.counters.restarted()
                 self._start_query()
             except BaseException as exc:  # noqa: BLE001 - surfaced by raise_if_failed
                 self._error = exc
@@ -565,7 +501,7 @@ class RulesJob:
             if filters:
                 outputs.append(filters_output(events, filters))
             per_rule = self._write(outputs, events, filters, failed)
-            self._account(count, per_rule, small, failed, by_key)
+            self.counters.account(count, per_rule, [Report(*row) for row in small], failed, by_key)
         finally:
             batch.unpersist()
         self._quarantine(failed, by_key)
@@ -611,36 +547,6 @@ class RulesJob:
             frame.unpersist()
         return per_rule
 
-    def _account(self, count: int, per_rule: dict[str, int], small: list[Any], failed: dict[str, str],
-                 by_key: dict[str, ActiveRule]) -> None:
-        counters = self.counters
-        with counters._lock:
-            counters.batches += 1
-            counters.events += count
-            for rule in by_key.values():
-                rule_counters = counters.rule(rule)
-                if not rule.compiled.stateful:
-                    rule_counters.input += count
-                    rule_counters.matches += per_rule.get(rule.state_key, 0)
-            for row in small:
-                rule = by_key.get(row.out_rule)
-                if rule is None or row.out_kind != METRICS:
-                    continue
-                metrics = orjson.loads(row.out_value)
-                rule_counters = counters.rule(rule)
-                rule_counters.input += metrics["rows"]
-                rule_counters.micros += metrics["micros"]
-                rule_counters.late += metrics["late"]
-                if row.out_rule not in failed:
-                    rule_counters.matches += row.out_count
-            state: dict[str, int] = defaultdict(int)
-            for row in small:
-                if row.out_kind == METRICS:
-                    state[row.out_rule] += orjson.loads(row.out_value)["state"]
-            for state_key, entries in state.items():
-                if state_key in by_key:
-                    counters.rule(by_key[state_key]).state = entries
-
     def _quarantine(self, failed: dict[str, str], by_key: dict[str, ActiveRule]) -> None:
         if not failed:
             return
@@ -651,9 +557,7 @@ class RulesJob:
                     continue
                 if rule_service.quarantine(session, rule.id, rule.revision, error):
                     log.warning("rule %s quarantined: %s", rule.name, error)
-                    with self.counters._lock:
-                        self.counters.rule(rule).quarantined += 1
-                        self.counters.quarantined.append((rule.name, error))
+                    self.counters.quarantine(rule, error)
         self._checked_at = 0.0  # reload now: the quarantined rules must stop at once
 
     def _poll(self) -> None:
@@ -663,12 +567,10 @@ class RulesJob:
         if now - self._checked_at < self._settings.rules.version_poll_s:
             return
         self._checked_at = now
-        with self._database.transaction() as session:
-            version = rule_service.rules_version(session)
-        if version == self._rules.version:
+        if _rules_version(self._database) == self._rules.version:
             return
         self._rules = load_rule_set(self._database)
-        self.counters.reloads += 1
+        self.counters.reloaded()
         ensure_topics(self._settings.kafka_bootstrap(), {r.output_topic for r in self._rules.rules},
                       self._settings.rules.output_partitions)
         if not set(self._rules.key_specs) <= set(self._query_specs):
@@ -677,6 +579,5 @@ class RulesJob:
 
 
 __all__ = [
-    "OUTPUT_SCHEMA", "RuleSet", "RulesJob", "RulesProcessor", "active_rule", "filters_output", "load_rule_set",
-    "routed_events", "rules_stream",
+    "OUTPUT_SCHEMA", "RulesJob", "RulesProcessor", "filters_output", "load_rule_set", "routed_events", "rules_stream",
 ]

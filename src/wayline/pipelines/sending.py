@@ -29,7 +29,7 @@ from wayline.delivery.attempt import Kind, Pending
 from wayline.delivery.http_client import transport_for
 from wayline.delivery.outcomes import Outcome, Tally
 from wayline.delivery.stage import StageSettings, run_stage
-from wayline.delivery.store import PostgresDeliveryStore
+from wayline.delivery.storage.store import PostgresDeliveryStore
 from wayline.delivery.targets import Target
 from wayline.registry.db import make_engine
 
@@ -73,7 +73,7 @@ class PartitionSender:
         ]
         if not pendings:
             return
-        engine = make_engine(self._settings)
+        engine = make_engine(self._settings.postgres_dsn())
         try:
             tally = run_stage(
                 pendings, self._targets.value, PostgresDeliveryStore(engine),

@@ -18,7 +18,20 @@ from datetime import datetime, timezone
 from typing import Any
 
 from sqlalchemy import (
-    BigInteger, Boolean, DateTime, ForeignKey, Integer, String, Text, and_, delete, func, or_, select, tuple_, update,
+    BigInteger,
+    Boolean,
+    DateTime,
+    ForeignKey,
+    Integer,
+    String,
+    Text,
+    and_,
+    delete,
+    func,
+    or_,
+    select,
+    tuple_,
+    update,
 )
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Mapped, Session, mapped_column

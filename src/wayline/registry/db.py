@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-
 from typing import Any
 
 import orjson
@@ -15,14 +14,13 @@ from sqlalchemy.exc import OperationalError, ProgrammingError
 from sqlalchemy.orm import Session, sessionmaker
 
 from wayline.core.errors import ConfigError, RetryLater
-from wayline.core.settings import Settings
 from wayline.registry.snapshot import current_version
 
 MIGRATIONS = Path(__file__).with_name("migrations")
 
 
-def make_engine(settings: Settings) -> Engine:
-    dsn = settings.postgres_dsn()
+def make_engine(dsn: str) -> Engine:
+    """An engine for the PostgreSQL at ``dsn`` (``Settings.postgres_dsn()``), with psycopg 3."""
     if dsn.startswith("postgresql://"):
         dsn = "postgresql+psycopg://" + dsn.removeprefix("postgresql://")
     engine = create_engine(dsn, pool_size=5, max_overflow=10, pool_pre_ping=True)
@@ -72,8 +70,12 @@ class Database:
 
     def current_version(self) -> int:
         """The registry version: one indexed row, cheap enough to poll every few seconds."""
-        with self._sessions() as session:
-            return current_version(session)
+        try:
+            with self._sessions() as session:
+                return current_version(session)
+        except OperationalError as exc:
+            # A transient outage: a poller keeps what it has and asks again.
+            raise RetryLater(f"the registry database is unreachable: {exc.orig}") from exc
 
 
 __all__ = ["Database", "MIGRATIONS", "make_engine", "migrate"]

@@ -4,6 +4,7 @@ the Standard Webhooks secrets that sign every request (several during a rotation
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
+from http import HTTPStatus
 from typing import Annotated, Any, Literal
 
 import orjson
@@ -12,11 +13,11 @@ from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
 from wayline.core.errors import NotFound, RejectedInput
+from wayline.core.secret import Secret
+from wayline.core.settings import Settings
 from wayline.registry.access import Caller, Page, owned, page, scoped
 from wayline.registry.ids import new_id
 from wayline.registry.models import Customer, Endpoint, SigningSecret, Subscription
-from wayline.delivery.retry import GONE
-from wayline.delivery.signing import Secret
 from wayline.registry.secrets import SecretBox
 from wayline.registry.urls import Resolver, check_endpoint_url, resolve
 
@@ -69,8 +70,8 @@ def _new_secret() -> str:
 
 
 def _not_gone(statuses: list[int]) -> list[int]:
-    if GONE in statuses:
-        raise ValueError(f"{GONE} Gone always disables the subscription; it cannot be retried")
+    if HTTPStatus.GONE in statuses:
+        raise ValueError(f"{HTTPStatus.GONE.value} Gone always disables the subscription; it cannot be retried")
     return sorted(set(statuses))
 
 
@@ -170,6 +171,18 @@ class EndpointService:
         self._allow_list = allow_list
         self._overlap = overlap
         self._resolver = resolver
+
+    @classmethod
+    def from_settings(cls, settings: Settings, resolver: Resolver = resolve,
+                      box: SecretBox | None = None) -> EndpointService:
+        """The service as the deployment configures it: its encryption keys (``box``, when the
+        caller holds them already) and URL policy."""
+        return cls(
+            box or SecretBox.from_settings(settings),
+            list(settings.registry.url_allow_list),
+            timedelta(seconds=settings.registry.secret_overlap_s),
+            resolver,
+        )
 
     def _check_urls(self, url: str, auth: BaseModel) -> None:
         check_endpoint_url(url, self._allow_list, self._resolver)

@@ -1,9 +1,10 @@
 """Subscription content filters: a JSON operator language, checked once and run in Spark or Python.
 
 A subscription may carry a filter on the content of the events it receives. The API
-validates it with `parse_filter`; the pipelines compile it with `to_column` into a Spark
-SQL `Column` (built from `pyspark.sql.functions`, never from SQL text); `evaluate` gives
-the same answer in plain Python, for the API's "test this filter" and for retries.
+validates it with `parse_filter`; the pipelines compile it into a Spark SQL `Column`
+(`wayline.pipelines.filter_column`, built from `pyspark.sql.functions`, never from SQL
+text); `evaluate` gives the same answer in plain Python, which the tests hold the
+Spark columns to.
 
 Language reference
 ==================
@@ -99,11 +100,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from functools import reduce
 from typing import Any, Literal, TypeAlias
-
-from pyspark.sql import Column
-from pyspark.sql import functions as F
 
 from wayline.core.envelope import parse_time
 from wayline.core.errors import RejectedInput
@@ -193,7 +190,7 @@ Filter: TypeAlias = Compare | In | Exists | Affix | And | Or | Not
 _COMPARE_OPS: tuple[CompareOp, ...] = ("$eq", "$gt", "$gte", "$lt", "$lte")
 _FIELD_OPS = (*_COMPARE_OPS, "$neq", "$in", "$nin", "$exists", "$prefix", "$suffix", "$not")
 # One table for both evaluators: the `operator` functions work on Python values and on Columns.
-_COMPARISONS: Mapping[CompareOp, Callable[[Any, Any], Any]] = {
+COMPARISONS: Mapping[CompareOp, Callable[[Any, Any], Any]] = {
     "$eq": operator.eq, "$gt": operator.gt, "$gte": operator.ge, "$lt": operator.lt, "$lte": operator.le,
 }
 _STEP = re.compile(r"\.([^.\[\]]+)|\[(\d{1,6})\]")
@@ -473,7 +470,7 @@ def evaluate(filter: Filter, envelope: Mapping[str, Any]) -> bool:
             return _equal(_lookup(envelope, path), value)
         case Compare(path, op, value):
             actual = _lookup(envelope, path)
-            return _kind_of(actual) == value.kind and bool(_COMPARISONS[op](_comparable(actual), value.raw))
+            return _kind_of(actual) == value.kind and bool(COMPARISONS[op](_comparable(actual), value.raw))
         case In(path, values):
             actual = _lookup(envelope, path)
             return any(_equal(actual, value) for value in values)
@@ -531,87 +528,11 @@ def _comparable(actual: Any) -> Any:
     return actual
 
 
-# --- Spark compilation -----------------------------------------------------------------
-
-
-def to_column(filter: Filter) -> Column:
-    """A boolean Column over the envelope's columns (by name; `data` a VARIANT), never NULL."""
-    match filter:
-        case And(items):
-            return reduce(operator.and_, map(to_column, items), F.lit(True))
-        case Or(items):
-            return reduce(operator.or_, map(to_column, items), F.lit(False))
-        case Not(item):
-            return ~to_column(item)
-    # SQL's NULL (unknown) would make NOT and OR disagree with Python: pin each condition to false.
-    return F.coalesce(_condition(filter), F.lit(False))
-
-
-def _condition(filter: Filter) -> Column:
-    match filter:
-        case Exists(path):
-            return _field(path).isNotNull()
-        case Compare(path, op, value):
-            if value.kind == "null":
-                return _absent(path)
-            comparison: Column = _COMPARISONS[op](_typed(path, value.kind), F.lit(value.raw))
-            return comparison
-        case In(path, values):
-            tests = [_absent(path)] if any(v.kind == "null" for v in values) else []
-            kinds = sorted({v.kind for v in values if v.kind != "null"})
-            tests += [_typed(path, kind).isin([v.raw for v in values if v.kind == kind]) for kind in kinds]
-            return reduce(operator.or_, tests, F.lit(False))
-        case Affix(path, "$prefix", text):
-            return _typed(path, "string").startswith(text)
-        case Affix(path, _, text):
-            return _typed(path, "string").endswith(text)
-    raise TypeError(f"not a condition: {filter!r}")
-
-
-def _field(path: Path) -> Column:
-    """The envelope column, or for a data path the VARIANT there (SQL NULL when missing)."""
-    if path.field != DATA_FIELD:
-        return F.col(path.field)
-    return F.variant_get(F.col(DATA_FIELD), json_path(path.steps), "variant")
-
-
-def _absent(path: Path) -> Column:
-    found = _field(path)
-    return found.isNull() | F.is_variant_null(found) if path.field == DATA_FIELD else found.isNull()
-
-
-def _typed(path: Path, kind: Kind) -> Column:
-    """The value as a SQL value of `kind`'s type, or NULL when it is missing or of another JSON type."""
-    found = _field(path)
-    if path.field != DATA_FIELD:
-        return found  # the parser only lets an envelope column meet values of its own type
-    if kind == "string":
-        # A cast to string would also take numbers, booleans and objects (as their text);
-        # only a JSON string casts to binary, so this is the string and nothing else.
-        return F.try_variant_get(found, "$", "binary").cast("string")
-    value = F.try_variant_get(found, "$", "double" if kind == "number" else "boolean")
-    # Variant casts convert ("5" -> 5.0, 1 -> true), so the JSON type is checked too. The
-    # cast succeeds only on scalars, and testing it first keeps schema_of_variant from
-    # describing whole objects.
-    schema = F.schema_of_variant(found)
-    same_type = ~schema.isin("STRING", "BOOLEAN") if kind == "number" else schema == "BOOLEAN"
-    return F.when(value.isNotNull() & same_type, value)
-
-
-def json_path(steps: tuple[str | int, ...]) -> str:
-    """A Spark variant path (``$['a']["it's"][0]``); also used by filter rules (``wayline.rules.rule``)."""
-    # Spark's variant paths have no escapes: a key is quoted with the quote it does not
-    # contain (parsing rejected keys with both), so no key can end its quotes early.
-    return "$" + "".join(
-        f"[{step}]" if isinstance(step, int) else (f"['{step}']" if "'" not in step else f'["{step}"]')
-        for step in steps
-    )
-
-
 __all__ = [
     "Affix",
     "AffixOp",
     "And",
+    "COMPARISONS",
     "Compare",
     "CompareOp",
     "DATA_FIELD",
@@ -634,7 +555,5 @@ __all__ = [
     "TIME_FIELD",
     "Value",
     "evaluate",
-    "json_path",
     "parse_filter",
-    "to_column",
 ]

@@ -6,7 +6,18 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
-    ARRAY, BigInteger, Boolean, DateTime, Float, ForeignKey, Identity, Integer, LargeBinary, SmallInteger, String, Text,
+    ARRAY,
+    BigInteger,
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Identity,
+    Integer,
+    LargeBinary,
+    SmallInteger,
+    String,
+    Text,
     func,
 )
 from sqlalchemy.dialects.postgresql import JSONB

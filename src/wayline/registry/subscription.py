@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from wayline.core.errors import Forbidden, NotFound, RejectedInput
+from wayline.core.errors import Forbidden, RejectedInput
 from wayline.registry.access import Caller, Page, owned, page, scoped
 from wayline.registry.catalog import OPERATIONAL_EVENT_TYPES
 from wayline.registry.filter import FilterLimits, parse_filter

@@ -1,10 +1,20 @@
-"""Rules over the event stream; so far the pure-Python core of MATCH_RECOGNIZE.
+"""Rules over the event stream, in pure Python: no Spark, no database (the rules job in
+``wayline.pipelines.rules`` wires them into a query and reads the registry for them).
 
+- ``rule``: a rule's SQL compiled: a filter, a window aggregation or a MATCH_RECOGNIZE pattern;
 - ``pattern``: the PATTERN language, parsed into a typed tree;
 - ``expression``: DEFINE and MEASURES compiled from sqlglot trees into callables;
 - ``automaton``: the pattern tree compiled to an ordered NFA;
 - ``recognize``: a whole ``SELECT ... MATCH_RECOGNIZE (...)`` rule read into a ``PatternSpec``;
-- ``matcher``: ``PartitionMatcher``, the streaming matcher for one partition.
+- ``matcher``: ``PartitionMatcher``, the streaming matcher for one partition;
+- ``window``, ``sliding``, ``session``, ``reorder``: window aggregations and the event-time order they need;
+- ``prefilter``: the rows a rule can use, worked out on a whole group at once;
+- ``engine``: one group's rules evaluated together (``GroupEvaluator``), with budgets and isolation;
+- ``ruleset``: the running rules, compiled once per revision and re-read when the version moves;
+- ``counters``, ``metrics``: what the job counts per rule, and its Prometheus view.
+
+This package exposes the names of the MATCH_RECOGNIZE core below; everything else is
+imported from its module.
 
 Where the answers differ from Flink's is written down in ``docs/rules-semantics.md``: above
 all, greedy quantifiers here backtrack as the SQL standard says. Over the rows

@@ -39,7 +39,9 @@ from datetime import timedelta
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+import sqlglot
 from sqlglot import exp
+from sqlglot.errors import ParseError, TokenError
 
 from wayline.core.errors import GiveUp, RejectedInput
 
@@ -235,7 +237,7 @@ def check_nesting(tree: exp.Expression, clause: str) -> None:
     while stack:
         node, depth = stack.pop()
         if depth > MAX_NESTING:
-            raise RejectedInput(f"{clause}: {TOO_DEEP}{_where(node)}")
+            raise RejectedInput(f"{clause}: {TOO_DEEP}{located(node)}")
         for child in node.iter_expressions():
             chained = isinstance(node, exp.Connector) and type(child) is type(node)
             stack.append((child, depth if chained else depth + 1))
@@ -249,14 +251,14 @@ def interval(node: exp.Interval, clause: str) -> timedelta:
     if text is None or name not in _UNITS:
         raise RejectedInput(
             f"{clause}: {node.sql(dialect=DIALECT)} is not supported; write "
-            f"INTERVAL '<number>' <unit> with unit one of {', '.join(_UNITS)}{_where(node)}"
+            f"INTERVAL '<number>' <unit> with unit one of {', '.join(_UNITS)}{located(node)}"
         )
     try:
         amount = Decimal(text)
     except InvalidOperation:
-        raise RejectedInput(f"{clause}: {text!r} is not a number{_where(node)}") from None
+        raise RejectedInput(f"{clause}: {text!r} is not a number{located(node)}") from None
     if not amount.is_finite():
-        raise RejectedInput(f"{clause}: {text!r} is not a finite number{_where(node)}")
+        raise RejectedInput(f"{clause}: {text!r} is not a finite number{located(node)}")
     unit = _UNITS[name]
     try:
         if abs(amount) > Decimal(_LONGEST // unit):
@@ -265,7 +267,7 @@ def interval(node: exp.Interval, clause: str) -> timedelta:
     except OverflowError:
         raise RejectedInput(
             f"{clause}: {text} {name.lower()}s is longer than a rule may wait "
-            f"(at most {_LONGEST.days:,} days){_where(node)}"
+            f"(at most {_LONGEST.days:,} days){located(node)}"
         ) from None
 
 
@@ -462,7 +464,7 @@ class _Compiler:
             raise self._unsupported(node)
         parts[:0] = node.parts
         if any(isinstance(part, exp.Star) for part in parts):
-            raise RejectedInput(f"{self.clause}: {self._text(node)} is only allowed in COUNT{_where(node)}")
+            raise RejectedInput(f"{self.clause}: {self._text(node)} is only allowed in COUNT{located(node)}")
         names = [part.name for part in parts]
         head = parts[0]
         key = names[0] if head.args.get("quoted") else names[0].upper()
@@ -544,11 +546,11 @@ class _Compiler:
         if name == "NEXT":
             raise RejectedInput(
                 f"{self.clause}: NEXT() reads rows after the current one, which a stream has not "
-                f"seen yet; it is not supported{_where(node)}"
+                f"seen yet; it is not supported{located(node)}"
             )
         if name in ("MATCH_NUMBER", "CLASSIFIER") and not arguments:
             if self.mode != "measure":
-                raise RejectedInput(f"{self.clause}: {name}() is only supported in MEASURES{_where(node)}")
+                raise RejectedInput(f"{self.clause}: {name}() is only supported in MEASURES{located(node)}")
             if name == "MATCH_NUMBER":
                 return lambda view: view.number
             return lambda view: view.variables[view.labels[-1]]
@@ -620,7 +622,7 @@ class _Compiler:
         self._not_nested(node)
         argument = node.this
         if isinstance(argument, exp.Distinct):
-            raise RejectedInput(f"{self.clause}: DISTINCT aggregates are not supported{_where(node)}")
+            raise RejectedInput(f"{self.clause}: DISTINCT aggregates are not supported{located(node)}")
         value: Callable[[Row], Any] | None
         if kind == "count" and isinstance(argument, exp.Star):
             value, variable = None, ANY
@@ -653,14 +655,14 @@ class _Compiler:
             return int(node.this)
         raise RejectedInput(
             f"{self.clause}: the offset of {self._text(where)} must be a non-negative integer "
-            f"literal{_where(where)}"
+            f"literal{located(where)}"
         )
 
     def _not_nested(self, node: exp.Expression) -> None:
         if self.mode == "row":
             raise RejectedInput(
                 f"{self.clause}: {self._text(node)} is nested inside a navigation or aggregate, "
-                f"which is not supported{_where(node)}"
+                f"which is not supported{located(node)}"
             )
 
     def _row_variable(self, variable: int, node: exp.Expression) -> None:
@@ -669,14 +671,14 @@ class _Compiler:
         if self.row_variable not in (ANY, variable):
             raise RejectedInput(
                 f"{self.clause}: a navigation or aggregate argument must read one pattern "
-                f"variable, but {self._text(node)} reads another{_where(node)}"
+                f"variable, but {self._text(node)} reads another{located(node)}"
             )
         self.row_variable = variable
 
     def _variable_named(self, identifier: str, node: exp.Expression) -> int:
         key = identifier.upper()
         if key not in self.variables:
-            raise RejectedInput(f"{self.clause}: {identifier} is not a pattern variable{_where(node)}")
+            raise RejectedInput(f"{self.clause}: {identifier} is not a pattern variable{located(node)}")
         return self.variables[key]
 
     def _text(self, node: exp.Expression) -> str:
@@ -689,7 +691,7 @@ class _Compiler:
             what = f"function {node.sql_name()}()"
         else:
             what = self._text(node)
-        return RejectedInput(f"{self.clause}: {what} is not supported{_where(node)}")
+        return RejectedInput(f"{self.clause}: {what} is not supported{located(node)}")
 
 
 _NOT_CONSTANT = object()
@@ -708,11 +710,27 @@ def _literal_value(node: exp.Expression) -> Any:
     return _NOT_CONSTANT
 
 
-def _where(node: exp.Expression) -> str:
-    located = [part.meta for part in node.walk() if "line" in part.meta]
-    if not located:
+def parse_statements(sql: str) -> list[exp.Expression]:
+    """The statements of ``sql`` in the rules' dialect; a syntax error is rejected with its place."""
+    try:
+        statements = sqlglot.parse(sql, read=DIALECT)
+    except ParseError as exc:
+        first = exc.errors[0] if exc.errors else {}
+        raise RejectedInput(
+            f"SQL syntax error at line {first.get('line')}, column {first.get('col')}: "
+            f"{first.get('description', exc)}"
+        ) from exc
+    except TokenError as exc:
+        raise RejectedInput(f"SQL syntax error: {exc}") from exc
+    return [statement for statement in statements if statement is not None]
+
+
+def located(node: exp.Expression) -> str:
+    """Where ``node`` starts in the rule's SQL, as `` (line L, column C)`` for an error message."""
+    places = [part.meta for part in node.walk() if "line" in part.meta]
+    if not places:
         return ""
-    first = min(located, key=lambda meta: meta["start"])
+    first = min(places, key=lambda meta: meta["start"])
     # sqlglot's column is where the token ends; report where it starts.
     return f" (line {first['line']}, column {first['col'] - (first['end'] - first['start'])})"
 
@@ -891,4 +909,6 @@ __all__ = [
     "compile_defines",
     "compile_measure",
     "interval",
+    "located",
+    "parse_statements",
 ]

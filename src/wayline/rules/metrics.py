@@ -1,41 +1,22 @@
 """The rules job's Prometheus metrics: per rule, what went in, what matched, what it cost.
 
-Read from the job's running counters (``wayline.pipelines.rules.JobCounters``) at scrape
+Read from the job's running counters (``wayline.rules.counters.JobCounters``) at scrape
 time; the rule's name is a label beside its id, so a dashboard reads the name and a rule
 renamed keeps its series.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from typing import Protocol
+from collections.abc import Iterator
 
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-
-class RuleCounts(Protocol):
-    name: str
-    input: int
-    matches: int
-    micros: int
-    state: int
-    late: int
-    quarantined: int
-
-
-class JobCounts(Protocol):
-    batches: int
-    events: int
-    restarts: int
-    reloads: int
-
-    @property
-    def rules(self) -> Mapping[str, RuleCounts]: ...
+from wayline.rules.counters import JobCounters
 
 
 class RulesMetrics(Collector):
-    def __init__(self, counters: JobCounts) -> None:
+    def __init__(self, counters: JobCounters) -> None:
         self._counters = counters
 
     def collect(self) -> Iterator[Metric]:
@@ -65,4 +46,4 @@ class RulesMetrics(Collector):
         yield CounterMetricFamily("wayline_rules_reloads", "Rule-set reloads after a rule changed", value=job.reloads)
 
 
-__all__ = ["JobCounts", "RuleCounts", "RulesMetrics"]
+__all__ = ["RulesMetrics"]

@@ -48,6 +48,7 @@ from wayline.rules.expression import (
     compile_defines,
     compile_measure,
     interval,
+    parse_statements,
 )
 from wayline.rules.pattern import Pattern, parse_pattern, variables
 
@@ -230,17 +231,7 @@ def _pattern_end(tokens: list[Token]) -> int | None:
 
 
 def _parse(sql: str) -> exp.Expression:
-    try:
-        statements = sqlglot.parse(sql, read=DIALECT)
-    except ParseError as exc:
-        first = exc.errors[0] if exc.errors else {}
-        raise RejectedInput(
-            f"SQL syntax error at line {first.get('line')}, column {first.get('col')}: "
-            f"{first.get('description', exc)}"
-        ) from exc
-    except TokenError as exc:
-        raise RejectedInput(f"SQL syntax error: {exc}") from exc
-    found = [statement for statement in statements if statement is not None]
+    found = parse_statements(sql)
     if len(found) != 1:
         raise RejectedInput(f"a rule is exactly one SELECT statement, not {len(found)}")
     statement = found[0]

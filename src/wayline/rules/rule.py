@@ -39,11 +39,11 @@ from enum import StrEnum
 
 import sqlglot
 from sqlglot import exp
-from sqlglot.errors import ParseError, TokenError
+from sqlglot.errors import TokenError
 
 from wayline.core.errors import RejectedInput
-from wayline.registry.filter import json_path
-from wayline.rules.expression import DIALECT, TOO_DEEP, ColumnPath, check_nesting
+from wayline.core.variant import json_path
+from wayline.rules.expression import DIALECT, TOO_DEEP, ColumnPath, check_nesting, located, parse_statements
 from wayline.rules.prefilter import Prefilter, for_condition, for_pattern
 from wayline.rules.recognize import SOURCE, PatternSpec, parse_match_recognize
 from wayline.rules.window import WindowSpec, compile_window
@@ -233,16 +233,7 @@ def _quote_window_calls(sql: str) -> str:
 
 
 def _parse(sql: str) -> exp.Select:
-    try:
-        statements = [s for s in sqlglot.parse(_quote_window_calls(sql), read=DIALECT) if s is not None]
-    except ParseError as exc:
-        first = exc.errors[0] if exc.errors else {}
-        raise RejectedInput(
-            f"SQL syntax error at line {first.get('line')}, column {first.get('col')}: "
-            f"{first.get('description', exc)}"
-        ) from exc
-    except TokenError as exc:
-        raise RejectedInput(f"SQL syntax error: {exc}") from exc
+    statements = parse_statements(_quote_window_calls(sql))
     if len(statements) != 1 or not isinstance(statements[0], exp.Select):
         raise RejectedInput(
             f"a rule is one SELECT ... FROM {SOURCE} statement (a filter, a GROUP BY window(...) "
@@ -288,11 +279,11 @@ def _filter(statement: exp.Select) -> FilterSpec:
 def _check_node(node: exp.Expression) -> None:
     if isinstance(node, exp.Anonymous):
         if node.name.upper() not in _ALLOWED_FUNCTIONS:
-            raise RejectedInput(f"function {node.name.upper()}() is not supported in a rule{_where(node)}")
+            raise RejectedInput(f"function {node.name.upper()}() is not supported in a rule{located(node)}")
         return
     if not isinstance(node, _ALLOWED_NODES):
         what = f"function {node.sql_name()}()" if isinstance(node, exp.Func) else node.sql(dialect=DIALECT)
-        raise RejectedInput(f"{what} is not supported in a filter rule{_where(node)}")
+        raise RejectedInput(f"{what} is not supported in a filter rule{located(node)}")
 
 
 def _output_name(item: exp.Expression) -> str:
@@ -300,7 +291,7 @@ def _output_name(item: exp.Expression) -> str:
         return item.alias
     if isinstance(item, (exp.Column, exp.Dot)):
         return path_of(item)[-1]
-    raise RejectedInput(f"SELECT {item.sql(dialect=DIALECT)}: an expression needs a name (AS name){_where(item)}")
+    raise RejectedInput(f"SELECT {item.sql(dialect=DIALECT)}: an expression needs a name (AS name){located(item)}")
 
 
 def column_paths(tree: exp.Expression) -> Iterator[tuple[ColumnPath, exp.Expression]]:
@@ -318,7 +309,7 @@ def path_of(node: exp.Expression) -> ColumnPath:
         parts.insert(0, node.expression.name)
         node = node.this
     if not isinstance(node, exp.Column):
-        raise RejectedInput(f"{node.sql(dialect=DIALECT)} is not a column{_where(node)}")
+        raise RejectedInput(f"{node.sql(dialect=DIALECT)} is not a column{located(node)}")
     return tuple(part.name for part in node.parts) + tuple(parts)
 
 
@@ -363,14 +354,6 @@ def _data_type(column: exp.Expression) -> str:
             if isinstance(other, exp.Neg) and isinstance(other.this, exp.Literal):
                 return "double"
     return "string"
-
-
-def _where(node: exp.Expression) -> str:
-    located = [part.meta for part in node.walk() if "line" in part.meta]
-    if not located:
-        return ""
-    first = min(located, key=lambda meta: meta["start"])
-    return f" (line {first['line']}, column {first['col'] - (first['end'] - first['start'])})"
 
 
 __all__ = [

@@ -8,7 +8,6 @@ import socket
 import subprocess
 import uuid
 from dataclasses import dataclass
-from pathlib import Path
 
 from wayline.core.errors import MissingJarsError, StackError
 from wayline.core.settings import Settings

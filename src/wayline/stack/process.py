@@ -19,15 +19,6 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
-def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        try:
-            sock.bind((host, port))
-        except OSError:
-            return False
-        return True
-
-
 def is_alive(pid: int | None) -> bool:
     if not pid:
         return False
@@ -96,4 +87,4 @@ def tail(path: Path, lines: int = 30) -> str:
         return f"(no log at {path})"
 
 
-__all__ = ["free_port", "is_alive", "port_is_free", "spawn", "stop_pid", "tail", "wait_until"]
+__all__ = ["free_port", "is_alive", "spawn", "stop_pid", "tail", "wait_until"]

@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import SecretStr
 from sqlalchemy import select
 
-from wayline.delivery.signing import Secret
+from wayline.core.secret import Secret
 from wayline.registry import catalog, customer, subscription
 from wayline.registry.access import ADMIN
 from wayline.registry.db import Database

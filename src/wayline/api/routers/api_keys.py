@@ -1,7 +1,7 @@
 from fastapi import APIRouter
 
 from wayline.api.bodies import JsonRoute
-from wayline.api.deps import CallerDep, DB, OnceDep, PagingDep
+from wayline.api.deps import DB, CallerDep, OnceDep, PagingDep
 from wayline.registry import api_key
 from wayline.registry.access import Page
 

@@ -7,7 +7,7 @@ from fastapi import APIRouter, Query
 
 from wayline.api.bodies import JsonRoute
 from wayline.api.deps import DB, CallerDep, PagingDep
-from wayline.delivery import attempt_log
+from wayline.delivery.storage import attempt_log
 
 router = APIRouter(prefix="/attempts", tags=["attempts"], route_class=JsonRoute)
 

@@ -7,7 +7,7 @@ from fastapi import APIRouter, Query, Response
 
 from wayline.api.bodies import JsonRoute
 from wayline.api.deps import DB, CallerDep, PagingDep
-from wayline.delivery import dead_letter
+from wayline.delivery.storage import dead_letter
 
 router = APIRouter(prefix="/dead-letters", tags=["dead letters"], route_class=JsonRoute)
 

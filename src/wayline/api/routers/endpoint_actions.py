@@ -4,7 +4,7 @@ from fastapi import APIRouter
 
 from wayline.api.bodies import JsonRoute
 from wayline.api.deps import DB, CallerDep, EndpointsDep, SettingsDep
-from wayline.delivery import dead_letter
+from wayline.delivery.storage import dead_letter
 from wayline.registry import endpoint_tests
 from wayline.registry.access import owned
 from wayline.registry.endpoint import EndpointOut, EndpointPatch

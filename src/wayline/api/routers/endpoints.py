@@ -1,7 +1,7 @@
 from fastapi import APIRouter, Response
 
 from wayline.api.bodies import JsonRoute
-from wayline.api.deps import CallerDep, DB, EndpointsDep, OnceDep, PagingDep
+from wayline.api.deps import DB, CallerDep, EndpointsDep, OnceDep, PagingDep
 from wayline.registry.access import Page
 from wayline.registry.endpoint import EndpointCreated, EndpointIn, EndpointOut, EndpointPatch, RotateIn, SecretOut
 

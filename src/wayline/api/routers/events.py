@@ -8,8 +8,15 @@ from fastapi import APIRouter, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 
 from wayline.api.messaging_deps import (
-    ERROR_RESPONSES, EVENTS_BODY, PUBLISH_RESPONSES, IdempotencyKey, MessagingDep, PermissionsDep, json_response,
-    published, read_body,
+    ERROR_RESPONSES,
+    EVENTS_BODY,
+    PUBLISH_RESPONSES,
+    IdempotencyKey,
+    MessagingDep,
+    PermissionsDep,
+    json_response,
+    published,
+    read_body,
 )
 from wayline.core.errors import RejectedInput
 from wayline.messaging.cursor import Cursor, Start

@@ -3,11 +3,10 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request, Response
 from pydantic import BaseModel
 
-from wayline.api.deps import CallerDep, DB, IdempotencyKey, PagingDep
+from wayline.api.deps import DB, CallerDep, IdempotencyKey, PagingDep
 from wayline.api.idempotency import create_once
-from wayline.recon import store
+from wayline.recon import reconciliation, store
 from wayline.recon.events import iso
-from wayline.registry import reconciliation
 from wayline.registry.access import Page
 
 router = APIRouter(prefix="/reconciliations", tags=["reconciliations"])

@@ -3,7 +3,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request, Response
 
 from wayline.api.bodies import JsonRoute
-from wayline.api.deps import CallerDep, DB, OnceDep, PagingDep
+from wayline.api.deps import DB, CallerDep, OnceDep, PagingDep
 from wayline.registry import subscription
 from wayline.registry.access import Page
 from wayline.registry.filter import FilterLimits

@@ -6,7 +6,13 @@ from fastapi import APIRouter, Request, Response
 from fastapi.concurrency import run_in_threadpool
 
 from wayline.api.messaging_deps import (
-    ERROR_RESPONSES, EVENTS_BODY, PUBLISH_RESPONSES, MessagingDep, PermissionsDep, json_response, published,
+    ERROR_RESPONSES,
+    EVENTS_BODY,
+    PUBLISH_RESPONSES,
+    MessagingDep,
+    PermissionsDep,
+    json_response,
+    published,
     read_body,
 )
 from wayline.messaging.wire import PublishOut, TransactionOut, transaction_body

@@ -1,4 +1,4 @@
-"""Delivery outcomes: the delivery log and the retry store (see `wayline.delivery.store`).
+"""Delivery outcomes: the delivery log and the retry store (see `wayline.delivery.storage.store`).
 
 Revision ID: 0002
 Revises: 0001

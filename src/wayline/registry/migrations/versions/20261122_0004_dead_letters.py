@@ -1,5 +1,5 @@
-"""Dead letters, the attempt log and endpoint health (see `wayline.delivery.dead_letter`,
-`wayline.delivery.attempt_log` and `wayline.delivery.drain`).
+"""Dead letters, the attempt log and endpoint health (see `wayline.delivery.storage.dead_letter`,
+`wayline.delivery.storage.attempt_log` and `wayline.delivery.storage.drain`).
 
 Revision ID: 0004
 Revises: 0003

@@ -17,7 +17,7 @@
   endpoint answered 410 Gone. Both are written with the outcomes and read by every stage
   of both paths before it sends, whatever the age of its registry snapshot.
 - ``dead_letters``: deliveries no attempt is left for, moved there by the retry path; a
-  customer polls, acknowledges and replays them (:mod:`wayline.delivery.dead_letter`).
+  customer polls, acknowledges and replays them (:mod:`wayline.delivery.storage.dead_letter`).
 
 Both writes are idempotent (``ON CONFLICT DO NOTHING``): a replayed stage may write the
 same rows again. The tables live in the registry's database and its migrations.
@@ -26,13 +26,31 @@ same rows again. The tables live in the registry's database and its migrations.
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Protocol
+from typing import Any
 
 from sqlalchemy import (
-    ARRAY, BigInteger, Boolean, Connection, DateTime, Engine, Identity, Index, Integer, LargeBinary, SmallInteger,
-    String, Text, any_, bindparam, exists, func, or_, select, text, union_all,
+    ARRAY,
+    BigInteger,
+    Boolean,
+    Connection,
+    DateTime,
+    Engine,
+    Identity,
+    Index,
+    Integer,
+    LargeBinary,
+    SmallInteger,
+    String,
+    Text,
+    any_,
+    bindparam,
+    exists,
+    func,
+    or_,
+    select,
+    text,
+    union_all,
 )
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.exc import OperationalError
@@ -41,6 +59,7 @@ from sqlalchemy.orm import Mapped, mapped_column
 from wayline.core.errors import RetryLater
 from wayline.delivery.attempt import DeadLettered, Gone, Pending, State, Succeeded, WillRetry
 from wayline.delivery.retry import HeldBack, retry_after
+from wayline.delivery.stage import Blocked
 from wayline.delivery.transport import Failure, FailureKind, Response, Result
 from wayline.registry.models import Base, Subscription
 
@@ -139,32 +158,6 @@ class DeadLetterEntry(Base):
     last_error: Mapped[str] = mapped_column(Text, nullable=False)
     first_attempt_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
     dead_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
-
-
-@dataclass(frozen=True, slots=True)
-class Blocked:
-    """What may not be sent to now, whatever the registry snapshot says."""
-
-    gone: frozenset[str] = frozenset()
-    """Subscriptions disabled, or whose endpoint answered 410 Gone since they last changed."""
-    throttled: dict[str, datetime] = field(default_factory=dict)
-    """Endpoints that asked for a pause, and until when."""
-
-
-class DeliveryStore(Protocol):
-    """What a delivery stage needs from storage; the retry path reads the same tables."""
-
-    def settled(self, webhook_ids: Collection[str]) -> set[str]:
-        """The ids among these that need no sending: acknowledged, handed to the retry path, or dead."""
-        ...
-
-    def blocked(self, subscription_ids: Collection[str], endpoint_ids: Collection[str]) -> Blocked:
-        """Which of these subscriptions are gone and which of these endpoints are throttled."""
-        ...
-
-    def record(self, states: Sequence[State]) -> None:
-        """Keep the outcome of each attempt: successes in the log, the rest in the retry store."""
-        ...
 
 
 def describe(outcome: Result) -> str:
@@ -334,10 +327,8 @@ __all__ = [
     "GONE_REASON",
     "MAX_ERROR_CHARS",
     "AttemptLogEntry",
-    "Blocked",
     "DeadLetterEntry",
     "DeliveryLogEntry",
-    "DeliveryStore",
     "EndpointHealth",
     "GoneSubscription",
     "PostgresDeliveryStore",

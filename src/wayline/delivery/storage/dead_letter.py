@@ -25,8 +25,8 @@ from sqlalchemy.orm import Session
 
 from wayline.core.errors import Conflict, NotFound, RejectedInput
 from wayline.delivery.attempt import Kind, Pending
-from wayline.delivery.attempt_log import AttemptOut, list_attempts
-from wayline.delivery.store import DeadLetterEntry, RetryEntry
+from wayline.delivery.storage.attempt_log import AttemptOut, list_attempts
+from wayline.delivery.storage.store import DeadLetterEntry, RetryEntry
 from wayline.registry.access import Caller, decode_cursor, encode_cursor, owned
 from wayline.registry.models import Endpoint
 

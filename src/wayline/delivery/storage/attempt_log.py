@@ -2,7 +2,7 @@
 
 The store keeps an attempt where its outcome lands: a success is the one row of the
 delivery log (attempt number included), every other attempt — failed, cut by the
-deadline — is a row of the attempt log (:class:`~wayline.delivery.store.AttemptLogEntry`).
+deadline — is a row of the attempt log (:class:`~wayline.delivery.storage.store.AttemptLogEntry`).
 A delivery that was *not sent* (circuit open, endpoint throttled by its ``Retry-After``,
 no slot before the deadline, subscription gone) is listed too, with outcome ``held``: it
 says why the delivery waited, and is not an attempt — its ``attempt`` is the number the
@@ -23,7 +23,7 @@ from sqlalchemy import Select, case, literal, select, tuple_, union_all
 from sqlalchemy.orm import Session
 
 from wayline.core.errors import RejectedInput
-from wayline.delivery.store import AttemptLogEntry, DeliveryLogEntry
+from wayline.delivery.storage.store import AttemptLogEntry, DeliveryLogEntry
 from wayline.registry.access import Caller, owned
 from wayline.registry.models import Endpoint, Subscription
 

@@ -30,7 +30,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
-from sqlalchemy import bindparam, delete, exists, func, select, text, update
+from sqlalchemy import Engine, bindparam, delete, exists, func, select, text, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
@@ -39,10 +39,19 @@ from wayline.core.errors import RetryLater
 from wayline.delivery.attempt import DeadLettered, Gone, Kind, Pending, State, Succeeded, WillRetry
 from wayline.delivery.outcomes import Tally
 from wayline.delivery.retry import HeldBack, Random
-from wayline.delivery.stage import StageSettings, TransportFactory, abandon, attempt_all
-from wayline.delivery.store import (
-    MAX_ERROR_CHARS, AttemptLogEntry, Blocked, DeadLetterEntry, DeliveryLogEntry, EndpointHealth, RetryEntry,
-    attempt_row, blocked, describe, failed_attempt, mark_endpoints_and_subscriptions,
+from wayline.delivery.stage import Blocked, StageSettings, TransportFactory, abandon, attempt_all
+from wayline.delivery.storage.store import (
+    MAX_ERROR_CHARS,
+    AttemptLogEntry,
+    DeadLetterEntry,
+    DeliveryLogEntry,
+    EndpointHealth,
+    RetryEntry,
+    attempt_row,
+    blocked,
+    describe,
+    failed_attempt,
+    mark_endpoints_and_subscriptions,
 )
 from wayline.delivery.targets import Target
 from wayline.registry.ids import new_id

@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from wayline.registry.filter import Filter, evaluate, parse_filter, to_column
+from wayline.pipelines.filter_column import to_column
+from wayline.registry.filter import Filter, evaluate, parse_filter
 
 pytestmark = pytest.mark.integration
 

@@ -22,23 +22,28 @@ from standardwebhooks import Webhook
 
 from tests.delivery.receivers import Receivers
 from tests.delivery.servers import Recorder, loopback_transport
-from wayline.api.app import endpoint_service
+from tests.waiting import wait_for
+from wayline.core.secret import Secret
 from wayline.delivery.attempt import Pending, WillRetry
 from wayline.delivery.circuit import CircuitSettings, CircuitState, process_breakers
-from wayline.delivery.drain import RetryQueue, run_retry_stage
 from wayline.delivery.operations import dead_lettered_events
 from wayline.delivery.outcomes import Outcome
 from wayline.delivery.retry import RetryPolicy
-from wayline.delivery.signing import Secret
 from wayline.delivery.stage import StageSettings, run_stage
-from wayline.delivery.store import (
-    AttemptLogEntry, DeadLetterEntry, DeliveryLogEntry, EndpointHealth, PostgresDeliveryStore, RetryEntry,
+from wayline.delivery.storage.drain import RetryQueue, run_retry_stage
+from wayline.delivery.storage.store import (
+    AttemptLogEntry,
+    DeadLetterEntry,
+    DeliveryLogEntry,
+    EndpointHealth,
+    PostgresDeliveryStore,
+    RetryEntry,
 )
 from wayline.delivery.targets import Target
 from wayline.delivery.transport import EndpointLimits, Failure, FailureKind
 from wayline.registry import catalog, customer, subscription
 from wayline.registry.access import ADMIN
-from wayline.registry.endpoint import EndpointIn, EndpointPatch
+from wayline.registry.endpoint import EndpointIn, EndpointPatch, EndpointService
 from wayline.registry.models import Endpoint
 
 pytestmark = pytest.mark.integration
@@ -82,6 +87,14 @@ def drain_until(queue: RetryQueue, targets: dict[str, Target], done: Callable[[]
         claims = queue.claim(0, 1, 1000, timedelta(seconds=30), datetime.now(UTC))
         run_retry_stage(claims, targets, queue, loopback_transport, stage)
         time.sleep(0.02)
+
+
+def falls_due(database, webhook_id: str) -> Callable[[], bool]:
+    """Whether the retry entry is due (its lease, if claimed, run out): what the drain query asks."""
+    def due() -> bool:
+        (entry,) = rows(database, RetryEntry, webhook_id=webhook_id)
+        return entry.due_at <= datetime.now(UTC)
+    return due
 
 
 def rows(database, model, **where) -> list:
@@ -224,14 +237,14 @@ def test_a_drainer_that_dies_loses_nothing_and_a_stale_settle_changes_nothing(da
         targets = {endpoint: target(endpoint, f"{base}/crash")}
         message = pending(endpoint, f"{unique}-crash")
         run_stage([message], targets, store, loopback_transport, STAGE)
-        time.sleep(SCHEDULE[1].total_seconds())
+        wait_for(falls_due(database, message.webhook_id), "the retry to fall due", 10, every_s=0.05)
 
         def mine(claims):
             return [c for c in claims if c.pending.webhook_id == message.webhook_id]
 
         (died,) = mine(queue.claim(0, 1, 1000, lease, datetime.now(UTC)))  # …and its drainer died here
         assert mine(queue.claim(0, 1, 1000, lease, datetime.now(UTC))) == [], "leased: nobody else takes it"
-        time.sleep(lease.total_seconds())
+        wait_for(falls_due(database, message.webhook_id), "the lease to run out", 10, every_s=0.05)
         (again,) = mine(queue.claim(0, 1, 1000, lease, datetime.now(UTC)))
         assert again.pending.attempts == died.pending.attempts == 1
         tally = run_retry_stage([again], targets, queue, loopback_transport, STAGE)
@@ -247,7 +260,7 @@ def test_a_drainer_that_dies_loses_nothing_and_a_stale_settle_changes_nothing(da
 def test_endpoints_failing_longer_than_the_limit_are_found_and_a_change_restarts_the_clock(
     database, api_settings, unique,
 ) -> None:
-    endpoints = endpoint_service(api_settings)
+    endpoints = EndpointService.from_settings(api_settings)
     with database.transaction() as session:
         owner = customer.create(session, ADMIN, customer.CustomerIn(name=f"Health {unique}"))
         # Nothing listens on the discard port: every attempt is refused.
@@ -315,7 +328,7 @@ def test_a_subscription_whose_endpoint_answered_410_gets_nothing_more_on_either_
         await recorder.record(request)
         return web.Response(status=answer["status"])
 
-    endpoints = endpoint_service(api_settings)
+    endpoints = EndpointService.from_settings(api_settings)
     queue, store = RetryQueue(database.engine), PostgresDeliveryStore(database.engine)
     with Receivers() as receivers:
         base = receivers.serve({"/gone": handler})

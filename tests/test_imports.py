@@ -1,0 +1,127 @@
+"""What each layer loads, asked of a fresh interpreter, and which way the layers import.
+
+A module's source can look clean while one of its imports drags in Spark or a database
+driver through a package ``__init__``; only a new process that imports it and lists
+``sys.modules`` says what a process using it really pays for. Each check below starts
+one.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import pkgutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import wayline
+
+# The packages are the layers; a module may import from its own layer and those below.
+# Side by side, never importing each other: ``delivery``, ``messaging`` and ``recon`` (the services
+# over the registry), ``pipelines`` (Spark wiring) and ``stack`` (local processes);
+# ``compose`` wires jobs for the commands and the services above it.
+LAYERS = {
+    "core": 0,
+    "rules": 1,
+    "registry": 2,
+    "delivery": 3,
+    "messaging": 3,
+    "recon": 3,
+    "pipelines": 4,
+    "stack": 4,
+    "api": 5,
+    "compose": 6,
+    "cli": 7,
+}
+PEERS_APART = {frozenset({"pipelines", "stack"}), frozenset({"delivery", "messaging"})}
+# The delivery modules that talk to the world; the rest are its pure core.
+DELIVERY_EDGES = ("wayline.delivery.storage", "wayline.delivery.http_client", "wayline.delivery.operations",
+                  "wayline.delivery.metrics")
+SRC = Path(wayline.__file__).parent
+
+
+def modules() -> list[str]:
+    return sorted(m.name for m in pkgutil.walk_packages(wayline.__path__, "wayline.")
+                  if ".migrations" not in m.name)
+
+
+def loaded_by(*names: str) -> set[str]:
+    """The top-level packages in ``sys.modules`` of a new interpreter after importing ``names``."""
+    script = (
+        "import importlib, json, sys\n"
+        f"for name in {list(names)!r}:\n"
+        "    importlib.import_module(name)\n"
+        "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    return set(json.loads(done.stdout))
+
+
+def layer(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[0] == "wayline" else None
+
+
+DELIVERY_CORE = [m for m in modules() if layer(m) == "delivery" and not m.startswith(DELIVERY_EDGES)]
+
+
+def test_every_package_has_a_layer() -> None:
+    assert {layer(m) for m in modules()} - {None, "__init__"} <= set(LAYERS)
+
+
+def test_the_admin_api_loads_no_spark_no_http_client_and_no_kafka() -> None:
+    loaded = loaded_by("wayline.api.app", "wayline.compose")
+    assert "fastapi" in loaded  # the check itself works: the app was imported
+    assert not loaded & {"pyspark", "aiohttp", "confluent_kafka"}
+
+
+def test_the_delivery_core_loads_no_database_http_or_kafka_library() -> None:
+    loaded = loaded_by(*DELIVERY_CORE)
+    assert "wayline" in loaded and len(DELIVERY_CORE) > 10
+    assert not loaded & {"sqlalchemy", "psycopg", "aiohttp", "confluent_kafka", "pyspark"}
+
+
+def test_the_rules_core_and_the_registry_load_no_spark() -> None:
+    pure_rules = [m for m in modules() if layer(m) == "rules"]
+    registry = [m for m in modules() if layer(m) == "registry"]
+    loaded = loaded_by(*pure_rules, *registry)
+    assert "sqlglot" in loaded and "sqlalchemy" in loaded
+    assert not loaded & {"pyspark", "aiohttp"}
+
+
+def test_the_command_line_starts_without_spark() -> None:
+    assert "pyspark" not in loaded_by("wayline.cli.main")
+
+
+def imports_of(module: str) -> set[str]:
+    """Every ``wayline`` module named by an import statement in ``module``, at any depth
+    (a function-level import is still a dependency of the module)."""
+    path = SRC.joinpath(*module.split(".")[1:])
+    source = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(source.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+    return {name for name in found if name.startswith("wayline.")}
+
+
+@pytest.mark.parametrize("module", [m for m in modules() if layer(m) in LAYERS])
+def test_no_module_imports_from_a_layer_above_its_own(module: str) -> None:
+    own = layer(module)
+    assert own is not None
+    for imported in imports_of(module):
+        other = layer(imported)
+        assert other in LAYERS, f"{module} imports {imported}, which belongs to no layer"
+        assert LAYERS[other] <= LAYERS[own], f"{module} ({own}) imports {imported} ({other}), a layer above"
+        assert frozenset({own, other}) not in PEERS_APART, f"{module} imports {imported}"
+
+
+@pytest.mark.parametrize("module", DELIVERY_CORE)
+def test_the_delivery_core_never_imports_its_storage_or_transports(module: str) -> None:
+    assert not {i for i in imports_of(module) if i.startswith(DELIVERY_EDGES)}
