@@ -41,7 +41,9 @@ class SchemaCatalog:
                     rows = session.execute(
                         select(EventType.name, EventType.json_schema).where(EventType.json_schema.is_not(None))
                     ).all()
-                self._validators = {name: validators.validator_for(schema)(schema) for name, schema in rows}
+                # Rows written before the column stored "no schema" as SQL NULL hold JSON null.
+                self._validators = {name: validators.validator_for(schema)(schema)
+                                    for name, schema in rows if schema is not None}
                 self._read_at = now
             return self._validators
 

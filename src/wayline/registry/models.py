@@ -74,7 +74,8 @@ class EventType(Base):
     __tablename__ = "event_types"
     name: Mapped[str] = mapped_column(Text, primary_key=True)
     description: Mapped[str] = mapped_column(Text, nullable=False, server_default="")
-    json_schema: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    # none_as_null: "no schema" is SQL NULL, not the JSON value null, so `IS NULL` means it.
+    json_schema: Mapped[dict[str, Any] | None] = mapped_column(JSONB(none_as_null=True))
     created_at: Mapped[datetime] = _now()
 
 
