@@ -7,6 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 
+from wayline.api.bodies import JsonRoute
 from wayline.api.messaging_deps import (
     ERROR_RESPONSES,
     EVENTS_BODY,
@@ -22,7 +23,7 @@ from wayline.core.errors import RejectedInput
 from wayline.messaging.cursor import Cursor, Start
 from wayline.messaging.wire import PollOut, PublishOut
 
-router = APIRouter(responses=ERROR_RESPONSES)
+router = APIRouter(responses=ERROR_RESPONSES, route_class=JsonRoute)
 
 
 @router.post("/topics/{topic}/events", tags=["publish"], response_model=PublishOut,

@@ -3,13 +3,13 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request, Response
 from pydantic import BaseModel
 
-from wayline.api.deps import DB, CallerDep, IdempotencyKey, PagingDep
-from wayline.api.idempotency import create_once
+from wayline.api.bodies import JsonRoute
+from wayline.api.deps import DB, CallerDep, OnceDep, PagingDep
 from wayline.recon import reconciliation, store
 from wayline.recon.events import iso
 from wayline.registry.access import Page
 
-router = APIRouter(prefix="/reconciliations", tags=["reconciliations"])
+router = APIRouter(prefix="/reconciliations", tags=["reconciliations"], route_class=JsonRoute)
 
 
 class WindowOut(BaseModel):
@@ -42,10 +42,9 @@ def window_out(window: store.Window) -> WindowOut:
 
 
 @router.post("", status_code=201, response_model=reconciliation.ReconciliationOut)
-def create_reconciliation(body: reconciliation.ReconciliationIn, request: Request, db: DB, caller: CallerDep,
-                          idempotency_key: IdempotencyKey = None):
+def create_reconciliation(body: reconciliation.ReconciliationIn, request: Request, caller: CallerDep, once: OnceDep):
     topic = request.app.state.settings.recon.output_topic
-    return create_once(db, caller, idempotency_key, body, lambda s: reconciliation.create(s, caller, body, topic))
+    return once(body, lambda s: reconciliation.create(s, caller, body, topic))
 
 
 @router.get("", response_model=Page[reconciliation.ReconciliationOut])

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Response
 
+from wayline.api.bodies import JsonRoute
 from wayline.api.deps import DB
 from wayline.api.messaging_deps import ERROR_RESPONSES, PermissionsDep
 from wayline.messaging import access
 
-router = APIRouter(responses=ERROR_RESPONSES)
+router = APIRouter(responses=ERROR_RESPONSES, route_class=JsonRoute)
 
 
 @router.post("/topic-grants", tags=["topic grants"], status_code=201, response_model=access.GrantOut)

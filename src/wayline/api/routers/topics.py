@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Response
 
+from wayline.api.bodies import JsonRoute
 from wayline.api.messaging_deps import ERROR_RESPONSES, MessagingDep, PermissionsDep
 from wayline.messaging.topics import TopicIn, TopicOut
 from wayline.messaging.wire import TopicList
 
-router = APIRouter(responses=ERROR_RESPONSES)
+router = APIRouter(responses=ERROR_RESPONSES, route_class=JsonRoute)
 
 
 @router.post("/topics", tags=["topics"], status_code=201, response_model=TopicOut)

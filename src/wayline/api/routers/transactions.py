@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request, Response
 from fastapi.concurrency import run_in_threadpool
 
+from wayline.api.bodies import JsonRoute
 from wayline.api.messaging_deps import (
     ERROR_RESPONSES,
     EVENTS_BODY,
@@ -17,7 +18,7 @@ from wayline.api.messaging_deps import (
 )
 from wayline.messaging.wire import PublishOut, TransactionOut, transaction_body
 
-router = APIRouter(responses=ERROR_RESPONSES)
+router = APIRouter(responses=ERROR_RESPONSES, route_class=JsonRoute)
 
 
 @router.post("/transactions", tags=["transactions"], status_code=201, response_model=TransactionOut)
