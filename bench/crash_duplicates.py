@@ -155,6 +155,8 @@ def start_job(settings: Settings, label: str, src: Path | None) -> subprocess.Po
         "WAYLINE_DELIVERY__METRICS_PORT": "0",
         "WAYLINE_DELIVERY__BATCH_TOPIC": f"wayline.crashbench.{label}.batching",
         "WAYLINE_DELIVERY__STAGE_DEADLINE_S": "5",
+        # The receivers listen on 127.0.0.1, which the transport refuses unless allowed.
+        "WAYLINE_REGISTRY__URL_ALLOW_LIST": '["127.0.0.1/32"]',
         "COLUMNS": "120",
     }
     if src is not None:

@@ -239,6 +239,8 @@ def start_retry_process(settings: Settings, deadline: float) -> subprocess.Popen
     environment = os.environ | {
         "WAYLINE_STATE_DIR": str(settings.state_dir),
         "WAYLINE_DELIVERY__STAGE_DEADLINE_S": str(deadline),
+        # The receivers listen on 127.0.0.1, which the transport refuses unless allowed.
+        "WAYLINE_REGISTRY__URL_ALLOW_LIST": '["127.0.0.1/32"]',
         "WAYLINE_DELIVERY__OPERATIONS_TOPIC": "bench.operations",
         "WAYLINE_DELIVERY__RETRY_METRICS_PORT": "0",
     }
