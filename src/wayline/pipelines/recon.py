@@ -51,7 +51,8 @@ from wayline.core.errors import RetryLater, WaylineError
 from wayline.core.kafka import ensure_topics
 from wayline.core.settings import Settings
 from wayline.pipelines.envelope import parse_events, valid_events
-from wayline.pipelines.micro_batch import concise_failures, interrupted
+from wayline.pipelines.job import RestartingQuery
+from wayline.pipelines.micro_batch import concise_failures
 from wayline.pipelines.source import read_kafka
 from wayline.recon import reconciliation as service
 from wayline.recon import store
@@ -279,16 +280,12 @@ class ReconJob:
         self.counters = ReconCounters()
         self._set = load_recon_set(database)
         self._checked_at = time.monotonic()
-        self._query: StreamingQuery | None = None
-        self._restart = threading.Event()
-        self._stopping = threading.Event()
-        self._supervisor: threading.Thread | None = None
-        self._error: BaseException | None = None
+        self._running = RestartingQuery("recon", self._start_query, self._restarted)
         self._producer = Producer({"bootstrap.servers": settings.kafka_bootstrap(), "linger.ms": 5})
 
     @property
     def query(self) -> StreamingQuery | None:
-        return self._query
+        return self._running.query
 
     @property
     def recon_set(self) -> ReconSet:
@@ -296,63 +293,36 @@ class ReconJob:
 
     @property
     def isActive(self) -> bool:  # noqa: N802 - the StreamingQuery protocol `watch` expects
-        return self._error is None and (self._query is None or self._query.isActive or self._restart.is_set())
+        return self._running.isActive
 
     def exception(self) -> BaseException | None:
-        if self._error is not None:
-            return self._error
-        failure = self._query.exception() if self._query is not None else None
-        # A processing-time query runs a micro-batch on every trigger, so a stop nearly always
-        # interrupts one; that micro-batch is replayed from the checkpoint, nothing failed.
-        if failure is not None and self._stopping.is_set() and interrupted(failure):
-            return None
-        return failure
+        return self._running.exception()
 
     def start(self) -> ReconJob:
-        self._start_query()
-        self._supervisor = threading.Thread(target=self._supervise, name="recon-supervisor", daemon=True)
-        self._supervisor.start()
+        self._running.begin()
         return self
 
     def stop(self) -> None:
-        self._stopping.set()
-        self._restart.set()
-        if self._supervisor is not None:
-            self._supervisor.join(timeout=120)
-        if self._query is not None:
-            self._query.stop()
+        self._running.stop()
         self._producer.flush(30)
         self._producer.close()
 
-    def _start_query(self) -> None:
+    def _restarted(self) -> None:
+        self.counters.restarts += 1
+
+    def _start_query(self) -> StreamingQuery:
         specs = self._set.specs
         if not specs:
             raise WaylineError("no enabled reconciliation: create one with `wayline recon create` or the admin API")
         ensure_topics(self._settings.kafka_bootstrap(), {spec.output_topic for spec in specs},
                       self._settings.recon.output_partitions)
-        self._query = (
+        return (
             recon_stream(self._spark, self._settings, specs).writeStream.queryName("wayline-recon")
             .option("checkpointLocation", str(self._checkpoint))
             .trigger(processingTime=f"{int(self._settings.recon.trigger_interval_s * 1000)} milliseconds")
             .foreachBatch(concise_failures("wayline-recon", self._batch))
             .start()
         )
-
-    def _supervise(self) -> None:
-        while not self._stopping.is_set():
-            self._restart.wait()
-            if self._stopping.is_set():
-                return
-            try:
-                assert self._query is not None
-                self._query.stop()
-                self.counters.restarts += 1
-                self._start_query()
-            except BaseException as exc:  # noqa: BLE001 - surfaced by exception()
-                self._error = exc
-                return
-            finally:
-                self._restart.clear()
 
     def _poll(self) -> None:
         now = time.monotonic()
@@ -363,7 +333,7 @@ class ReconJob:
             version = service.recon_version(session)
         if version != self._set.version:
             self._set = load_recon_set(self._database)
-            self._restart.set()
+            self._running.restart()
 
     # -- one micro-batch ------------------------------------------------------------------------
 

@@ -61,10 +61,10 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle, StreamingQuery
 from pyspark.sql.types import BinaryType, LongType, StringType, StructField, StructType
 
-from wayline.core.errors import WaylineError
 from wayline.core.kafka import ensure_topics
 from wayline.core.settings import Settings
 from wayline.pipelines.envelope import parse_events, valid_events
+from wayline.pipelines.job import RestartingQuery
 from wayline.pipelines.micro_batch import concise_failures, interrupted
 from wayline.pipelines.source import read_kafka, write_to_kafka
 from wayline.registry import rule as rule_service
@@ -390,11 +390,7 @@ class RulesJob:
         self.counters = JobCounters()
         self._rules = load_rule_set(database)
         self._checked_at = time.monotonic()
-        self._query: StreamingQuery | None = None
-        self._restart = threading.Event()
-        self._stopping = threading.Event()
-        self._supervisor: threading.Thread | None = None
-        self._error: BaseException | None = None
+        self._running = RestartingQuery("rules", self._start_query, self.counters.restarted)
 
     @property
     def rule_set(self) -> RuleSet:
@@ -402,21 +398,14 @@ class RulesJob:
 
     @property
     def query(self) -> StreamingQuery | None:
-        return self._query
+        return self._running.query
 
     def start(self) -> RulesJob:
-        self._start_query()
-        self._supervisor = threading.Thread(target=self._supervise, name="rules-supervisor", daemon=True)
-        self._supervisor.start()
+        self._running.begin()
         return self
 
     def stop(self) -> None:
-        self._stopping.set()
-        self._restart.set()
-        if self._supervisor is not None:
-            self._supervisor.join(timeout=120)
-        if self._query is not None:
-            self._query.stop()
+        self._running.stop()
 
     def rereads_registry(self) -> bool:
         """Whether the next micro-batch reads the rules version again before its events (the
@@ -426,49 +415,29 @@ class RulesJob:
 
     @property
     def isActive(self) -> bool:  # noqa: N802 - reads like StreamingQuery's
-        """Running, through restarts on the checkpoint, until stopped or failed."""
-        return not self._stopping.is_set() and self.exception() is None
+        return self._running.isActive
 
     def exception(self) -> BaseException | None:
-        if self._error is not None:
-            return self._error
-        if self._query is not None and self._query.exception() is not None:
-            return WaylineError(f"the rules query failed: {self._query.exception()}")
-        return None
+        return self._running.exception()
 
     def raise_if_failed(self) -> None:
         failure = self.exception()
         if failure is not None:
             raise failure
 
-    def _start_query(self) -> None:
+    def _start_query(self) -> StreamingQuery:
         specs = self._rules.key_specs
         ensure_topics(self._settings.kafka_bootstrap(), {r.output_topic for r in self._rules.rules},
                       self._settings.rules.output_partitions)
         stream = rules_stream(self._spark, self._settings, specs, self._settings.postgres_dsn())
         self._query_specs = specs
-        self._query = (
+        return (
             stream.writeStream.queryName("wayline-rules")
             .option("checkpointLocation", str(self._checkpoint))
             .trigger(processingTime=f"{int(self._settings.rules.trigger_interval_s * 1000)} milliseconds")
             .foreachBatch(concise_failures("wayline-rules", self._batch))
             .start()
         )
-
-    def _supervise(self) -> None:
-        while not self._stopping.is_set():
-            self._restart.wait()
-            if self._stopping.is_set():
-                return
-            self._restart.clear()
-            try:
-                assert self._query is not None
-                self._query.stop()
-                self.counters.restarted()
-                self._start_query()
-            except BaseException as exc:  # noqa: BLE001 - surfaced by raise_if_failed
-                self._error = exc
-                return
 
     # -- one micro-batch --------------------------------------------------------------------
 
@@ -575,7 +544,7 @@ class RulesJob:
                       self._settings.rules.output_partitions)
         if not set(self._rules.key_specs) <= set(self._query_specs):
             # A new partition key needs a new branch of the plan: restart on the checkpoint.
-            self._restart.set()
+            self._running.restart()
 
 
 __all__ = [
