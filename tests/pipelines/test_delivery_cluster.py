@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections import Counter
@@ -26,8 +25,8 @@ import pytest
 from confluent_kafka import Producer
 from sqlalchemy import select
 
-from tests.conftest import REPO
 from tests.delivery.receivers import Receivers
+from tests.pipelines.conftest import start_on_cluster
 from tests.pipelines.test_delivery_crash import Arrivals, kill_hard, wait_for
 from wayline.api.app import endpoint_service
 from wayline.core.kafka import ensure_topics
@@ -37,7 +36,6 @@ from wayline.delivery.store import RetryEntry
 from wayline.registry import catalog, customer, subscription
 from wayline.registry.access import ADMIN
 from wayline.registry.endpoint import EndpointIn
-from wayline.stack import cluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -50,45 +48,13 @@ RATE = 100
 BATCH = 20
 
 
-@pytest.fixture(scope="module")
-def local_cluster(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Settings, cluster.ClusterState]]:
-    """Two workers of one core; the job's own state dir holds the cluster's state, logs and checkpoints."""
-    on_cluster = settings.model_copy(update={
-        "state_dir": tmp_path_factory.mktemp("cluster-state"),
-        "cluster": settings.cluster.model_copy(update={"workers": 2, "worker_cores": 1, "worker_memory": "768m"}),
-    })
-    state = cluster.up(on_cluster)
-    try:
-        yield on_cluster, state
-    finally:
-        cluster.down(on_cluster)
-    # Nothing the cluster started outlives `down`: no daemon, no executor, no Python worker.
-    assert [pid for pid in [state.master_pid, *state.worker_pids] if cluster.group_members(pid)] == []
-
-
 def start_job(job_settings: Settings, master: str, stack_settings: Settings, log: Path) -> subprocess.Popen[bytes]:
-    environment = os.environ | {
-        "WAYLINE_STATE_DIR": str(job_settings.state_dir),
-        "WAYLINE_SPARK__JARS_DIR": str(REPO / "jars" / "spark"),
-        "WAYLINE_SPARK__EXTRA_CONF": orjson.dumps({"spark.executor.memory": "512m"}).decode(),
-        # Addresses and the key from settings: the job's state dir has no stack file.
-        "WAYLINE_KAFKA__BOOTSTRAP_SERVERS": stack_settings.kafka_bootstrap(),
-        "WAYLINE_POSTGRES__DSN": stack_settings.postgres_dsn(),
-        "WAYLINE_REGISTRY__ENCRYPTION_KEYS": orjson.dumps(
-            [(stack_settings.state_dir / "encryption.key").read_text().strip()]).decode(),
-        # The test's receivers are on the loopback, which endpoint URLs may not name unless allowed.
-        "WAYLINE_REGISTRY__URL_ALLOW_LIST": orjson.dumps(stack_settings.registry.url_allow_list).decode(),
+    return start_on_cluster("delivery", job_settings, master, stack_settings, log, {
         "WAYLINE_KAFKA__EVENT_TOPIC_PREFIX": PREFIX,
         "WAYLINE_DELIVERY__METRICS_PORT": "0",
         "WAYLINE_DELIVERY__BATCH_TOPIC": "wayline.cluster.batching",
         "WAYLINE_DELIVERY__STAGE_DEADLINE_S": "5",
-        "COLUMNS": "120",
-    }
-    with log.open("ab") as out:
-        return subprocess.Popen(
-            [sys.executable, "-m", "wayline.cli.main", "run", "--master", master, "delivery"], env=environment,
-            stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-        )
+    })
 
 
 def produce(bootstrap: str, event_ids: list[str], rate: float | None = None) -> None:

@@ -15,7 +15,7 @@ import signal
 import time
 import urllib.error
 import urllib.request
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from wayline.core.errors import StackError
@@ -132,7 +132,7 @@ def up(settings: Settings) -> ClusterState:
                 "--host", "127.0.0.1", "--webui-port", "0", "--cores", str(settings.cluster.worker_cores),
                 "--memory", settings.cluster.worker_memory, "--work-dir", str(worker_dir), state.master_url,
             ])
-            state = ClusterState(**(asdict(state) | {"worker_pids": [*state.worker_pids, pid]}))
+            state = replace(state, worker_pids=[*state.worker_pids, pid])
             state_file(settings).write_text(json.dumps(asdict(state), indent=2))
         wait_until(lambda: _registered_workers(state) == settings.cluster.workers,
                    timeout_s=settings.stack.start_timeout_s, pid=master_pid,
