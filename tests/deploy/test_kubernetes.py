@@ -111,3 +111,9 @@ def test_the_drivers_settings_load_and_name_everything_a_cluster_run_needs(
     assert settings.spark.master.startswith("k8s://")
     assert settings.state_dir.is_absolute()
     check_checkpoints(settings)  # on the shared store that fs.defaultFS names
+
+
+def test_the_applications_name_the_spark_wayline_runs_on() -> None:
+    import pyspark
+
+    assert {app["spec"]["sparkVersion"] for app in by_kind("SparkApplication").values()} == {pyspark.__version__}
