@@ -3,6 +3,7 @@ and the pipelines."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -13,6 +14,7 @@ from rich.console import RenderableType
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from wayline import compose
+from wayline.cli.cluster import cluster_app
 from wayline.cli.messaging import register as register_messaging
 from wayline.cli.output import console, guarded, job_log_file, watch
 from wayline.cli.recon import recon_app, watch_recon
@@ -36,6 +38,16 @@ for _name, _sub_app in APPS.items():
     app.add_typer(_sub_app, name=_name)
 app.add_typer(rules_app, name="rules")
 app.add_typer(recon_app, name="recon")
+app.add_typer(cluster_app, name="cluster")
+
+
+@run_app.callback()
+def _run_on(
+    master: Annotated[str | None, typer.Option(help="Spark master URL (spark://host:port …); default: spark.master")] = None,
+) -> None:
+    # Every job reads its settings afresh; the environment is the settings' own override.
+    if master:
+        os.environ["WAYLINE_SPARK__MASTER"] = master
 
 
 def _start_stack(settings: Settings) -> local.StackState:

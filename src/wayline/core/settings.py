@@ -80,6 +80,14 @@ class SparkSettings(_Section):
     driver_memory: str = "2g"
     jars_dir: Path = Field(default_factory=lambda: _in_checkout("jars", "spark"))
     extra_conf: dict[str, str] = Field(default_factory=dict)
+    shared_checkpoints: bool = Field(
+        default=False,
+        description="state_dir is on storage every node of a non-local master sees (NFS, EFS, …); "
+                    "unset, a job on such a master refuses a driver-local checkpoint path",
+    )
+    ship_package: bool = Field(
+        default=True, description="on a non-local master, send the wayline package to executors as a zip"
+    )
 
 
 class EnvelopeSettings(_Section):
@@ -285,6 +293,15 @@ class StackSettings(_Section):
     )
 
 
+class ClusterSettings(_Section):
+    """The local Spark standalone cluster of `wayline cluster up`."""
+
+    workers: int = Field(default=2, ge=1, description="worker processes, each its own JVM")
+    worker_cores: int = Field(default=1, ge=1, description="cores each worker offers to executors")
+    worker_memory: str = Field(default="1g", description="memory each worker offers to executors")
+    daemon_heap: str = Field(default="256m", description="heap of the master and worker JVMs themselves")
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="WAYLINE_", env_nested_delimiter="__", frozen=True, extra="forbid"
@@ -302,6 +319,7 @@ class Settings(BaseSettings):
     rules: RulesSettings = RulesSettings()
     messaging: MessagingSettings = MessagingSettings()
     recon: ReconSettings = ReconSettings()
+    cluster: ClusterSettings = ClusterSettings()
 
     @classmethod
     def settings_customise_sources(
@@ -364,6 +382,7 @@ __all__ = [
     "DEFAULT_RETRY_JITTER",
     "DEFAULT_RETRY_SCHEDULE_S",
     "ApiSettings",
+    "ClusterSettings",
     "CONFIG_FILE_ENV",
     "DeliverySettings",
     "RegistrySettings",

@@ -14,6 +14,7 @@ from pathlib import Path
 from wayline.core.errors import ConfigError, MissingJarsError
 from wayline.core.settings import Settings
 from wayline.stack.logs import write_log4j2_config
+from wayline.stack.shipping import cluster_conf, is_local_master, master_on_loopback
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
@@ -44,7 +45,9 @@ def spark_conf(settings: Settings) -> dict[str, str]:
         # Local runs would otherwise leave a Derby metastore and a warehouse in the cwd.
         "spark.sql.warehouse.dir": str((settings.state_dir / "warehouse").resolve()),
     }
-    if settings.spark.master.startswith("local"):
+    if not is_local_master(settings.spark.master):
+        conf.update(cluster_conf(settings))
+    if is_local_master(settings.spark.master) or master_on_loopback(settings.spark.master):
         # A local run serves nobody else: keep the driver's ports on the loopback interface.
         conf["spark.driver.bindAddress"] = "127.0.0.1"
         conf["spark.driver.host"] = "127.0.0.1"
