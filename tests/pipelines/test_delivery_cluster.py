@@ -29,14 +29,13 @@ from tests.delivery.receivers import Receivers
 from tests.pipelines.conftest import start_on_cluster
 from tests.pipelines.test_delivery_crash import Arrivals, kill_hard
 from tests.waiting import wait_for
-from wayline.api.app import endpoint_service
 from wayline.core.kafka import ensure_topics
+from wayline.core.secret import Secret
 from wayline.core.settings import Settings
-from wayline.delivery.signing import Secret
-from wayline.delivery.store import RetryEntry
+from wayline.delivery.storage.store import RetryEntry
 from wayline.registry import catalog, customer, subscription
 from wayline.registry.access import ADMIN
-from wayline.registry.endpoint import EndpointIn
+from wayline.registry.endpoint import EndpointIn, EndpointService
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -76,7 +75,7 @@ def run_on_cluster(local_cluster, api_settings: Settings, database) -> Iterator[
     job_settings = job_settings.model_copy(update={"registry": api_settings.registry})
     bootstrap = api_settings.kafka_bootstrap()
     ensure_topics(bootstrap, TOPICS, 2)
-    endpoints = endpoint_service(api_settings)
+    endpoints = EndpointService.from_settings(api_settings)
     arrivals = Arrivals()
     result: dict = {"arrivals": arrivals}
     with Receivers() as receivers:
