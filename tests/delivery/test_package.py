@@ -14,7 +14,8 @@ import wayline.delivery as delivery
 MODULES = sorted(m.name for m in pkgutil.iter_modules(delivery.__path__))
 # The one module allowed to import an HTTP library (STYLE: signing, batching and
 # retry policy never do).
-HTTP_MODULE = "http_client"
+# The transports: the only modules that speak HTTP, one per client library.
+HTTP_MODULES = ("http_client", "reqwest_transport")
 
 
 def source(name: str) -> ast.Module:
@@ -57,7 +58,7 @@ def test_the_package_exports_every_public_class_and_function() -> None:
         assert getattr(delivery, exported) is getattr(module(owners[0]), exported)
 
 
-@pytest.mark.parametrize("name", [m for m in MODULES if m != HTTP_MODULE])
+@pytest.mark.parametrize("name", [m for m in MODULES if m not in HTTP_MODULES])
 def test_only_the_http_client_imports_an_http_library_and_nothing_imports_spark(name: str) -> None:
     imported: set[str] = set()
     for node in ast.walk(source(name)):
@@ -65,5 +66,6 @@ def test_only_the_http_client_imports_an_http_library_and_nothing_imports_spark(
             imported.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module:
             imported.add(node.module)
-    forbidden = {"aiohttp", "httpx", "requests", "pyspark", f"wayline.delivery.{HTTP_MODULE}"}
+    forbidden = {"aiohttp", "httpx", "requests", "pyreqwest", "pyspark"}
+    forbidden |= {f"wayline.delivery.{m}" for m in HTTP_MODULES}
     assert not {i for i in imported if i.split(".")[0] in forbidden or i in forbidden}

@@ -84,6 +84,7 @@ from wayline.delivery.drain import Buried, Claim, EndpointHealth, Failing, Retry
 from wayline.delivery.holder import Polled, SnapshotHolder, Versioned
 from wayline.delivery.http_client import AiohttpTransport, HttpSettings, transport_for
 from wayline.delivery.metrics import DeliveryMetrics, Overview
+from wayline.delivery.reqwest_transport import ReqwestTransport
 from wayline.delivery.operations import (
     OperationalEvent,
     OperationsProducer,
@@ -189,6 +190,7 @@ __all__ = [
     "ReplayRange",
     "Replayed",
     "Request",
+    "ReqwestTransport",
     "Response",
     "Result",
     "RetryEntry",
