@@ -28,7 +28,7 @@ from datetime import timedelta
 from types import TracebackType
 
 from pyreqwest.client import Client, ClientBuilder
-from pyreqwest.exceptions import BuilderError, ConnectError, PyreqwestError, RequestTimeoutError
+from pyreqwest.exceptions import ConnectError, PyreqwestError, RequestTimeoutError
 from pyreqwest.response import ResponseBodyReader
 from yarl import URL
 
@@ -105,7 +105,7 @@ class ReqwestTransport:
                     return Failure(FailureKind.CONNECTION, _describe(exc), loop.time() - started)
             except RequestTimeoutError:
                 break
-            except BuilderError as exc:
+            except ValueError as exc:  # pyreqwest's BuilderError too: a URL reqwest cannot send
                 return Failure(FailureKind.INVALID_REQUEST, _describe(exc), loop.time() - started)
             except PyreqwestError as exc:
                 return Failure(FailureKind.CONNECTION, _describe(exc), loop.time() - started)
@@ -185,7 +185,7 @@ async def _read_capped(reader: ResponseBodyReader, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def _describe(exc: PyreqwestError) -> str:
+def _describe(exc: Exception) -> str:
     """The innermost causes read best ("Connection refused (os error 111)")."""
     details = getattr(exc, "details", None) or {}
     causes = [cause["message"] for cause in details.get("causes") or []]
