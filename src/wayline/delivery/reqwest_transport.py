@@ -1,6 +1,6 @@
 """The pyreqwest transport: Rust's reqwest/hyper under the same guarantees as the aiohttp one.
 
-pyreqwest spends about half of aiohttp's CPU per request (docs/benchmarks.md, "Delivery
+pyreqwest spends about 0.6x of aiohttp's CPU per request (docs/benchmarks.md, "Delivery
 HTTP clients"), but it has no resolver hook, only static host -> address overrides fixed
 when a client is built. So the address policy is kept by resolving, checking and then
 pinning: this transport resolves a host itself, refuses it if any address is not
