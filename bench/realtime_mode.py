@@ -158,8 +158,8 @@ class Swap:
                                [{"type": t, "route": r} for t, r in route_rows()])
         dsn = urlsplit(settings.postgres_dsn())
         url = f"jdbc:postgresql://{dsn.hostname}:{dsn.port}{dsn.path}"
-        self.routes = spark.read.jdbc(url, self.table, properties={"user": dsn.username or "",
-                                                                    "password": dsn.password or ""})
+        self.routes = spark.read.jdbc(url, self.table, properties={
+            "driver": "org.postgresql.Driver", "user": dsn.username or "", "password": dsn.password or ""})
 
     def swap(self) -> float:
         with self.engine.begin() as connection:
