@@ -7,11 +7,14 @@ keep-alive HTTP/1.1 connections. The clients take turns for R rounds; the table 
 median requests/s and the client process's CPU time per request (all its threads),
 which is what a delivery task pays whatever the receiver's speed.
 
-The Rust clients are not project dependencies: install them in a scratch venv, never
-in the project's:
+``wayline-aiohttp`` and ``wayline-pyreqwest`` are Wayline's two transports
+(``delivery.http_client``), with the address policy and capped reads they pay for.
+pyreqwest is a project dependency; rnet and httpr are not: to compare them, install
+them in a scratch venv, never in the project's:
 
+    .venv/bin/python bench/delivery_http_clients.py --requests 20000 --runs 5
     python3.11 -m venv /tmp/venv-bench
-    /tmp/venv-bench/bin/pip install aiohttp==3.14.5 orjson rnet pyreqwest httpr
+    /tmp/venv-bench/bin/pip install -e . rnet httpr
     /tmp/venv-bench/bin/python bench/delivery_http_clients.py --requests 20000 --runs 3
 
 A client whose package is missing is reported as skipped.
@@ -30,6 +33,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
@@ -38,6 +42,7 @@ import orjson  # noqa: E402
 from aiohttp import web  # noqa: E402
 
 from wayline.core.secret import Secret  # noqa: E402
+from wayline.core.settings import HttpClientName  # noqa: E402
 from wayline.delivery.signing import message_id, signed_headers  # noqa: E402
 
 SECRET = Secret.generate()
@@ -111,13 +116,13 @@ async def aiohttp_client(concurrency: int) -> tuple[Send, Callable[[], Awaitable
     return send, session.close
 
 
-async def wayline_transport(concurrency: int) -> tuple[Send, Callable[[], Awaitable[None]]]:
-    """aiohttp through Wayline's transport, as the delivery tasks will use it."""
+async def wayline_transport(client: HttpClientName, concurrency: int) -> tuple[Send, Callable[[], Awaitable[None]]]:
+    """A Wayline transport (``delivery.http_client``), as the delivery tasks use it."""
     from wayline.delivery.http_client import transport_for
     from wayline.delivery.transport import Endpoint, EndpointLimits, Request, Response
 
     # The benchmark's receiver is on 127.0.0.1, which the transport refuses unless allowed.
-    transport = await transport_for(["127.0.0.1/32"])().__aenter__()
+    transport = await transport_for(["127.0.0.1/32"], client)().__aenter__()
     endpoints: dict[str, Endpoint] = {}
 
     async def send(url: str, body: bytes, headers: dict[str, str]) -> int:
@@ -179,7 +184,8 @@ async def httpr_client(concurrency: int) -> tuple[Send, Callable[[], Awaitable[N
 
 CLIENTS: dict[str, tuple[str, Callable[[int], Awaitable[tuple[Send, Callable[[], Awaitable[None]]]]]]] = {
     "aiohttp": ("aiohttp", aiohttp_client),
-    "wayline-aiohttp": ("aiohttp", wayline_transport),
+    "wayline-aiohttp": ("aiohttp", partial(wayline_transport, "aiohttp")),
+    "wayline-pyreqwest": ("pyreqwest", partial(wayline_transport, "pyreqwest")),
     "rnet": ("rnet", rnet_client),
     "pyreqwest": ("pyreqwest", pyreqwest_client),
     "httpr": ("httpr", httpr_client),

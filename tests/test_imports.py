@@ -38,7 +38,8 @@ LAYERS = {
 }
 PEERS_APART = {frozenset({"pipelines", "stack"}), frozenset({"delivery", "messaging"})}
 # The delivery modules that talk to the world; the rest are its pure core.
-DELIVERY_EDGES = ("wayline.delivery.storage", "wayline.delivery.http_client", "wayline.delivery.operations",
+DELIVERY_EDGES = ("wayline.delivery.storage", "wayline.delivery.http_client", "wayline.delivery.reqwest_transport",
+                  "wayline.delivery.operations",
                   "wayline.delivery.metrics")
 SRC = Path(wayline.__file__).parent
 

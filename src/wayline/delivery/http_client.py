@@ -20,13 +20,18 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import partial
 from types import TracebackType
+from typing import TYPE_CHECKING
 
 import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
 from yarl import URL
 
+from wayline.core.settings import DEFAULT_HTTP_CLIENT, HttpClientName
 from wayline.delivery.transport import Failure, FailureKind, Request, Response, Result
 from wayline.registry.urls import AddressPolicy
+
+if TYPE_CHECKING:
+    from wayline.delivery.reqwest_transport import ReqwestTransport
 
 DEFAULT_CONNECT_TIMEOUT_S = 5.0
 DEFAULT_KEEPALIVE_S = 30.0
@@ -155,9 +160,18 @@ class AiohttpTransport:
             return Failure(FailureKind.CONNECTION, _describe(exc), loop.time() - started)
 
 
-def transport_for(allow_list: Iterable[str]) -> Callable[[], AiohttpTransport]:
-    """A factory of transports that reach non-public addresses only as ``allow_list`` admits."""
-    return partial(AiohttpTransport, HttpSettings(allowed=AddressPolicy.of(allow_list)))
+def transport_for(
+    allow_list: Iterable[str], client: HttpClientName = DEFAULT_HTTP_CLIENT
+) -> Callable[[], AiohttpTransport | ReqwestTransport]:
+    """A factory of ``client`` transports (``delivery.http_client``) that reach non-public
+    addresses only as ``allow_list`` admits."""
+    settings = HttpSettings(allowed=AddressPolicy.of(allow_list))
+    if client == "aiohttp":
+        return partial(AiohttpTransport, settings)
+    # Imported here: the pyreqwest transport builds on this module's HttpSettings.
+    from wayline.delivery.reqwest_transport import ReqwestTransport
+
+    return partial(ReqwestTransport, settings)
 
 
 def _literal_refusal(url: str, policy: AddressPolicy) -> str | None:

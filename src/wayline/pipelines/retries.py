@@ -97,7 +97,7 @@ class ShardDrainer:
         try:
             queue = RetryQueue(engine)
             tally = Tally()
-            transport = transport_for(self._settings.registry.url_allow_list)
+            transport = transport_for(self._settings.registry.url_allow_list, self._settings.delivery.http_client)
             for shard in shards:
                 claims = queue.claim(shard, self._shards, self._claim_limit, self._lease, datetime.now(timezone.utc))
                 tally.merge(run_retry_stage(claims, self._targets.value, queue, transport, self._stage))

@@ -24,7 +24,7 @@ from pyspark import Broadcast
 from pyspark.sql import DataFrame
 from pyspark.sql.pandas.types import from_arrow_schema
 
-from wayline.core.settings import PostgresSettings, RegistrySettings, Settings
+from wayline.core.settings import DeliverySettings, PostgresSettings, RegistrySettings, Settings
 from wayline.delivery.attempt import Kind, Pending
 from wayline.delivery.http_client import transport_for
 from wayline.delivery.outcomes import Outcome, Tally
@@ -77,7 +77,7 @@ class PartitionSender:
         try:
             tally = run_stage(
                 pendings, self._targets.value, PostgresDeliveryStore(engine),
-                transport_for(self._settings.registry.url_allow_list), self._stage,
+                transport_for(self._settings.registry.url_allow_list, self._settings.delivery.http_client), self._stage,
                 failing=self._failing,
             )
         finally:
@@ -87,11 +87,12 @@ class PartitionSender:
 
 def task_settings(settings: Settings) -> Settings:
     """What the sending tasks get of the settings: the database address, resolved here on
-    the driver (executors have no local stack file), and the URL allow-list their transports
-    enforce at connect time; nothing else — no encryption keys."""
+    the driver (executors have no local stack file), the URL allow-list their transports
+    enforce at connect time, and which HTTP client sends; nothing else — no encryption keys."""
     return Settings.model_construct(
         postgres=PostgresSettings(dsn=SecretStr(settings.postgres_dsn())),
         registry=RegistrySettings(url_allow_list=settings.registry.url_allow_list),
+        delivery=DeliverySettings(http_client=settings.delivery.http_client),
     )
 
 
