@@ -27,15 +27,12 @@ from sqlalchemy import select
 
 from tests.delivery.receivers import Receivers
 from tests.pipelines.conftest import start_on_cluster
-from tests.pipelines.test_delivery_crash import Arrivals, kill_hard
+from tests.pipelines.test_delivery_crash import Arrivals, kill_hard, subscribe_single_and_batched
 from tests.waiting import wait_for
 from wayline.core.kafka import ensure_topics
-from wayline.core.secret import Secret
 from wayline.core.settings import Settings
 from wayline.delivery.storage.store import RetryEntry
-from wayline.registry import catalog, customer, subscription
-from wayline.registry.access import ADMIN
-from wayline.registry.endpoint import EndpointIn, EndpointService
+from wayline.registry.endpoint import EndpointService
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -80,17 +77,7 @@ def run_on_cluster(local_cluster, api_settings: Settings, database) -> Iterator[
     result: dict = {"arrivals": arrivals}
     with Receivers() as receivers:
         base = receivers.serve({"/single": arrivals.handle, "/batched": arrivals.handle})
-        with database.transaction() as s:
-            catalog.create_event_type(s, ADMIN, catalog.EventTypeIn(name=EVENT_TYPE))
-            catalog.upsert_tenants(s, ADMIN, [catalog.TenantIn(id="cluster-t")])
-            owner = customer.create(s, ADMIN, customer.CustomerIn(name="Cluster Co"))
-            ids = {}
-            for path, mode in (("single", "streaming"), ("batched", "batch")):
-                endpoint = endpoints.create(s, ADMIN, EndpointIn(
-                    url=f"{base}/{path}", customer_id=owner.id, secret=Secret.generate().text, max_in_flight=32))
-                extra = {"max_count": BATCH, "max_wait_ms": 500} if mode == "batch" else {}
-                ids[path] = subscription.create(s, ADMIN, subscription.SubscriptionIn(
-                    endpoint_id=endpoint.id, event_types=[EVENT_TYPE], mode=mode, **extra)).id
+        ids = subscribe_single_and_batched(database, endpoints, base, EVENT_TYPE, "cluster-t", BATCH)
         first = [f"cluster-{n}" for n in range(FIRST)]
         second = [f"cluster-{n}" for n in range(FIRST, FIRST + SECOND)]
         log = job_settings.state_dir / "job.log"

@@ -102,6 +102,25 @@ def kill_hard(job: subprocess.Popen[bytes]) -> None:
     job.wait(timeout=30)
 
 
+def subscribe_single_and_batched(database, endpoints: EndpointService, base: str, event_type: str, tenant: str,
+                                 batch: int) -> dict[str, str]:
+    """A customer of ``tenant`` with two endpoints on the receiver at ``base``: ``/single`` in
+    streaming mode and ``/batched`` in batch mode (``batch`` events or 500 ms); their
+    subscriptions' ids by path."""
+    with database.transaction() as s:
+        catalog.create_event_type(s, ADMIN, catalog.EventTypeIn(name=event_type))
+        catalog.upsert_tenants(s, ADMIN, [catalog.TenantIn(id=tenant)])
+        owner = customer.create(s, ADMIN, customer.CustomerIn(name=f"{tenant} customer"))
+        ids = {}
+        for path, mode in (("single", "streaming"), ("batched", "batch")):
+            endpoint = endpoints.create(s, ADMIN, EndpointIn(
+                url=f"{base}/{path}", customer_id=owner.id, secret=Secret.generate().text, max_in_flight=32))
+            extra = {"max_count": batch, "max_wait_ms": 500} if mode == "batch" else {}
+            ids[path] = subscription.create(s, ADMIN, subscription.SubscriptionIn(
+                endpoint_id=endpoint.id, event_types=[event_type], mode=mode, **extra)).id
+    return ids
+
+
 @pytest.fixture(scope="module")
 def crashed_and_restarted(api_settings: Settings, database, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     bootstrap = api_settings.kafka_bootstrap()
@@ -111,17 +130,7 @@ def crashed_and_restarted(api_settings: Settings, database, tmp_path_factory: py
     log = tmp_path_factory.mktemp("crash") / "job.log"
     with Receivers() as receivers:
         base = receivers.serve({"/single": arrivals.handle, "/batched": arrivals.handle})
-        with database.transaction() as s:
-            catalog.create_event_type(s, ADMIN, catalog.EventTypeIn(name=EVENT_TYPE))
-            catalog.upsert_tenants(s, ADMIN, [catalog.TenantIn(id="crash-t")])
-            owner = customer.create(s, ADMIN, customer.CustomerIn(name="Crash Co"))
-            ids = {}
-            for path, mode in (("single", "streaming"), ("batched", "batch")):
-                endpoint = endpoints.create(s, ADMIN, EndpointIn(
-                    url=f"{base}/{path}", customer_id=owner.id, secret=Secret.generate().text, max_in_flight=32))
-                extra = {"max_count": BATCH, "max_wait_ms": 500} if mode == "batch" else {}
-                ids[path] = subscription.create(s, ADMIN, subscription.SubscriptionIn(
-                    endpoint_id=endpoint.id, event_types=[EVENT_TYPE], mode=mode, **extra)).id
+        ids = subscribe_single_and_batched(database, endpoints, base, EVENT_TYPE, "crash-t", BATCH)
         event_ids = [f"crash-{n}" for n in range(EVENTS)]
 
         def produce() -> None:

@@ -108,7 +108,8 @@ class StageSettings:
                        retry_statuses=target.retry_statuses)
 
 
-def _utc_now() -> datetime:
+def utc_now() -> datetime:
+    """The clock a stage settles by, unless a test gives its own."""
     return datetime.now(timezone.utc)
 
 
@@ -119,7 +120,7 @@ def run_stage(
     transport: TransportFactory,
     settings: StageSettings,
     *,
-    clock: Callable[[], datetime] = _utc_now,
+    clock: Callable[[], datetime] = utc_now,
     rng: Random | None = None,
     failing: Collection[str] = frozenset(),
 ) -> Tally:
@@ -185,7 +186,7 @@ def attempt_all(
     settings: StageSettings,
     record: Record,
     *,
-    clock: Callable[[], datetime] = _utc_now,
+    clock: Callable[[], datetime] = utc_now,
     rng: Random | None = None,
 ) -> list[State]:
     """Send each of ``todo`` once under the stage deadline (no dedupe, no store check: the
@@ -290,5 +291,5 @@ async def _attempt(
 
 __all__ = [
     "Blocked", "DeliveryStore", "Record", "SETTLE_BATCH", "SETTLE_EVERY_S", "StageSettings", "TransportFactory", "abandon",
-    "attempt_all", "run_stage",
+    "attempt_all", "run_stage", "utc_now",
 ]

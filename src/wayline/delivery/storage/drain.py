@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 
 from sqlalchemy import Engine, bindparam, delete, exists, func, select, text, update
 from sqlalchemy.dialects.postgresql import insert
@@ -39,7 +39,7 @@ from wayline.core.errors import RetryLater
 from wayline.delivery.attempt import DeadLettered, Gone, Kind, Pending, State, Succeeded, WillRetry
 from wayline.delivery.outcomes import Tally
 from wayline.delivery.retry import HeldBack, Random
-from wayline.delivery.stage import Blocked, StageSettings, TransportFactory, abandon, attempt_all
+from wayline.delivery.stage import Blocked, StageSettings, TransportFactory, abandon, attempt_all, utc_now
 from wayline.delivery.storage.store import (
     MAX_ERROR_CHARS,
     AttemptLogEntry,
@@ -89,10 +89,6 @@ class Failing:
     endpoint_id: str
     since: datetime
     last_error: str
-
-
-def _utc_now() -> datetime:
-    return datetime.now(timezone.utc)
 
 
 class RetryQueue:
@@ -296,7 +292,7 @@ def run_retry_stage(
     transport: TransportFactory,
     settings: StageSettings,
     *,
-    clock: Callable[[], datetime] = _utc_now,
+    clock: Callable[[], datetime] = utc_now,
     rng: Random | None = None,
 ) -> Tally:
     """Attempt the claimed deliveries once more and settle them as they finish; what happened, in counts.
