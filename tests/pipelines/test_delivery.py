@@ -336,6 +336,8 @@ def scenario(api_settings: Settings, database, spark, tmp_path_factory: pytest.T
                 subscription_ids[ADDED[0]] = subscription.create(
                     s, ADMIN, ADDED[1].body(endpoint_ids[ADDED[1].endpoint])).id
                 subscription.update(s, ADMIN, subscription_ids[DISABLED], subscription.SubscriptionPatch(enabled=False))
+            # The change applies within a version poll; act 2's events follow once it has.
+            wait_for(lambda: job.registry_version == database.current_version(), "the new registry version")
             produce(bootstrap, acts[2])
             wait_for(lambda: (rows_seen(metrics) == len(acts[1]) + len(acts[2]) and record.batched_arrived(2))
                      or not job.isActive, "act 2")

@@ -287,11 +287,14 @@ def receive(
         console.print(f"receiving on {server.url}/<path>; counts as JSON at {server.url}/stats; Ctrl-C stops",
                       soft_wrap=True)
         with Live(received_table(receiver.stats()), console=console, refresh_per_second=2) as live:
-            while True:
-                for _ in range(10):
-                    time.sleep(0.5)
-                    live.update(received_table(receiver.stats()))
-                trust_registry()
+            try:
+                while True:
+                    for _ in range(10):
+                        time.sleep(0.5)
+                        live.update(received_table(receiver.stats()))
+                    trust_registry()
+            except KeyboardInterrupt:  # the table left on screen counts every request, even the last
+                live.update(received_table(receiver.stats()))
     except KeyboardInterrupt:
         pass
     finally:

@@ -251,8 +251,10 @@ class DeliveryJob:
     """The matching query and, once any subscription is in batch mode, the batching query:
     run as one job, stopped together."""
 
-    def __init__(self, matching: StreamingQuery, start_batching: Callable[[], StreamingQuery]) -> None:
+    def __init__(self, matching: StreamingQuery, start_batching: Callable[[], StreamingQuery],
+                 holder: SnapshotHolder[LiveSnapshot]) -> None:
         self.matching = matching
+        self._holder = holder
         self.batching: StreamingQuery | None = None
         self._start_batching = start_batching
         self._lock = threading.Lock()
@@ -265,6 +267,11 @@ class DeliveryJob:
             # A micro-batch still running when the job stops must not start it afresh.
             if self.batching is None and not self._stopped:
                 self.batching = self._start_batching()
+
+    @property
+    def registry_version(self) -> int:
+        """The registry version the next micro-batch delivers with (read at most every ``version_poll_s``)."""
+        return self._holder.current().version
 
     @property
     def queries(self) -> list[StreamingQuery]:
@@ -365,7 +372,7 @@ def start_delivery(
     job = DeliveryJob(writer.start(), lambda: start_batching(
         spark, settings, concise_failures("wayline-delivery-batching", send_ready), str(root / "batching"),
         available_now=available_now,
-    ))
+    ), holder)
     # Leftovers of an earlier run (in its state or on the topic) are delivered even if no
     # subscription is in batch mode any more.
     if holder.current().has_batch or (root / "batching").exists():
