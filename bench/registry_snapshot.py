@@ -147,7 +147,7 @@ def main() -> None:
         from pyspark.sql import functions as F
 
         from wayline.pipelines.envelope import parse_events, valid_events
-        from wayline.pipelines.matching import match_events, match_keys_frame
+        from wayline.pipelines.matching import match_events, match_table_frame
         from wayline.stack.spark import spark_session
 
         ensure_topics(state.kafka_bootstrap, loadgen.topics(), settings.kafka.topic_partitions)
@@ -157,7 +157,7 @@ def main() -> None:
                .option("subscribePattern", "^events\\..*").option("includeHeaders", "true").load())
         events = valid_events(parse_events(raw, max_bytes=1024)).cache()
         events.count()
-        keys_frame = match_keys_frame(spark, snapshot).cache()
+        keys_frame = match_table_frame(spark, snapshot).cache()
         keys_frame.count()
 
         def baseline() -> None:

@@ -133,6 +133,43 @@ def test_a_failing_endpoints_deliveries_go_to_the_retry_path_unsent_and_unattemp
     assert entry.last_error.startswith("deferred: ") and logged_attempts == []
 
 
+def test_an_endpoint_cut_as_a_straggler_goes_to_the_retry_path_in_later_stages(database, unique: str) -> None:
+    recorder = Recorder()
+
+    async def ok(request: web.Request) -> web.Response:
+        await recorder.record(request)
+        return web.Response(status=204)
+
+    async def hangs(request: web.Request) -> web.Response:
+        await recorder.record(request)
+        await asyncio.sleep(30)
+        return web.Response(status=204)
+
+    store = PostgresDeliveryStore(database.engine)
+    ids = {name: f"ep_{unique}_{name}" for name in ("healthy", "new-and-hanging")}
+    settings = StageSettings(deadline_s=20, straggler_cut_s=0.3, slow_for_s=60)
+    with Receivers() as receivers:
+        base = receivers.serve({"/ok": ok, "/hang": hangs})
+        targets = {ids["healthy"]: target(ids["healthy"], f"{base}/ok"),
+                   ids["new-and-hanging"]: target(ids["new-and-hanging"], f"{base}/hang")}
+        started = time.monotonic()
+        first = run_stage([single(unique, f"cold-{name}", ids[name]) for name in ids], targets, store,
+                          loopback_transport, settings)
+        cold_s = time.monotonic() - started
+        started = time.monotonic()
+        second = run_stage([single(unique, f"warm-{name}", ids[name]) for name in ids], targets, store,
+                           loopback_transport, settings)
+        warm_s = time.monotonic() - started
+    assert cold_s < 5, "the first stage waited 0.3 s after the healthy endpoint was served, not 20 s"
+    assert first.total(Outcome.DELIVERED) == 1 and first.total(Outcome.RETRIED) == 1
+    assert warm_s < 2 and second.total(Outcome.DELIVERED) == 1 and second.total(Outcome.RETRIED) == 1
+    assert sorted(r.path for r in recorder.requests) == ["/hang", "/ok", "/ok"], "the slow one was not sent again"
+    with database.transaction() as session:
+        errors = dict(session.execute(select(RetryEntry.webhook_id, RetryEntry.last_error)
+                                      .where(RetryEntry.endpoint_id == ids["new-and-hanging"])).all())
+    assert len(errors) == 2 and sorted(e.split(":")[0] for e in errors.values()) == ["deadline", "deferred"]
+
+
 @pytest.mark.integration
 def test_a_stage_sends_once_within_its_deadline_and_keeps_every_outcome(database, unique: str) -> None:
     recorder = Recorder()

@@ -23,7 +23,7 @@ import urllib.request
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 from typing import Any
 
 import orjson
@@ -534,24 +534,3 @@ def test_metrics_are_served_per_endpoint_and_subscription(scenario: Scenario) ->
     assert sample("wayline_delivery_failures_total", endpoint=hang, reason="deadline") == len(scenario.wanted(1)["hang"])
     assert sample("wayline_events_filtered_total") == 1
     assert sample("wayline_events_quarantined_total", reason="oversize") == 1
-
-
-def test_binary_mode_bodies_are_assembled_from_the_headers(spark) -> None:
-    from wayline.pipelines.delivery import events_with_bodies
-    from wayline.pipelines.envelope import parse_events
-
-    schema = ("key binary, value binary, headers array<struct<key:string,value:binary>>, topic string, "
-              "partition int, offset long, timestamp timestamp")
-    stamp = datetime(2026, 11, 22, tzinfo=timezone.utc)
-    attributes = [("ce_specversion", b"1.0"), ("ce_id", b"b-1"), ("ce_source", b'/quo"te'), ("ce_type", b"t"),
-                  ("ce_tenantid", b"7")]
-    rows = [
-        (None, b'{"a": [1, 2]}', attributes + [("ce_source", b"/second"), ("ce_data", b"x"), ("ce_note", None),
-                                               ("traceparent", b"not-an-attribute")], "events.t", 0, 0, stamp),
-        (None, b' {"id":"s-1","specversion":"1.0","source":"/s","type":"t","tenantid":"7"}', None, "events.t", 0, 1, stamp),
-    ]
-    bodies = {row["id"]: row["body"] for row in events_with_bodies(
-        parse_events(spark.createDataFrame(rows, schema), max_bytes=1024)).collect()}
-    assert bodies["s-1"] == rows[1][1], "structured: the value itself"
-    assert orjson.loads(bodies["b-1"]) == {"specversion": "1.0", "id": "b-1", "source": '/quo"te', "type": "t",
-                                           "tenantid": "7", "data": {"a": [1, 2]}}

@@ -83,6 +83,9 @@ def job_environment(settings: Settings) -> dict[str, str]:
         "WAYLINE_DELIVERY__METRICS_PORT": "0",
         "WAYLINE_DELIVERY__BATCH_TOPIC": "wayline.crash.batching",
         "WAYLINE_DELIVERY__STAGE_DEADLINE_S": "5",
+        # Micro-batches of a few seconds of the stream: however late the job starts on a
+        # loaded machine, the kill comes while the stream is still being delivered.
+        "WAYLINE_DELIVERY__MAX_OFFSETS_PER_TRIGGER": "200",
         # The receivers listen on 127.0.0.1, which the transport refuses unless allowed.
         "WAYLINE_REGISTRY__URL_ALLOW_LIST": '["127.0.0.1/32"]',
         "COLUMNS": "120",

@@ -87,3 +87,28 @@ def test_a_copy_over_the_limit_references_its_original(parsed) -> None:
     assert not set(headers) & {name for name, _ in oversize.headers}, "no original headers"
     assert all(row["value"] == next(c for c in CASES if c.name == key).value
                for key, row in rows.items() if key not in truncated)
+
+
+def test_binary_mode_bodies_are_assembled_from_the_headers(spark) -> None:
+    from datetime import datetime, timezone
+
+    import orjson
+
+    from wayline.pipelines.envelope import event_body
+
+    schema = ("key binary, value binary, headers array<struct<key:string,value:binary>>, topic string, "
+              "partition int, offset long, timestamp timestamp")
+    stamp = datetime(2026, 11, 22, tzinfo=timezone.utc)
+    attributes = [("ce_specversion", b"1.0"), ("ce_id", b"b-1"), ("ce_source", b'/quo"te'), ("ce_type", b"t"),
+                  ("ce_tenantid", b"7")]
+    rows = [
+        (None, b'{"a": [1, 2]}', attributes + [("ce_source", b"/second"), ("ce_data", b"x"), ("ce_note", None),
+                                               ("traceparent", b"not-an-attribute")], "events.t", 0, 0, stamp),
+        (None, b' {"id":"s-1","specversion":"1.0","source":"/s","type":"t","tenantid":"7"}', None, "events.t", 0, 1, stamp),
+    ]
+    parsed = parse_events(spark.createDataFrame(rows, schema), max_bytes=1024)
+    valid = parsed.where("reason IS NULL")
+    bodies = {row["id"]: row["body"] for row in valid.select("id", event_body().alias("body")).collect()}
+    assert bodies["s-1"] == rows[1][1], "structured: the value itself"
+    assert orjson.loads(bodies["b-1"]) == {"specversion": "1.0", "id": "b-1", "source": '/quo"te', "type": "t",
+                                           "tenantid": "7", "data": {"a": [1, 2]}}

@@ -13,23 +13,27 @@ from tests.delivery.receivers import Receivers
 from tests.delivery.servers import Recorder
 from wayline.core.secret import Secret
 from wayline.core.settings import Settings
+from wayline.delivery.outcomes import BatchSummary, Outcome
 from wayline.delivery.stage import StageSettings
 from wayline.delivery.storage.store import AttemptLogEntry, DeliveryLogEntry, RetryEntry
 from wayline.delivery.targets import Target
 from wayline.delivery.transport import EndpointLimits
-from wayline.pipelines.sending import TALLY_SCHEMA, PartitionSender, task_settings
+from wayline.pipelines.sending import SUMMARY_SCHEMA, PartitionSender, task_settings
 
 pytestmark = pytest.mark.integration
 
-SEND = pa.schema([("kind", pa.string()), ("subscription_id", pa.string()), ("endpoint_id", pa.string()),
-                  ("event_ids", pa.list_(pa.string())), ("body", pa.binary())])
+WORK = pa.schema([("kind", pa.string()), ("subscription_id", pa.string()), ("endpoint_id", pa.string()),
+                  ("event_ids", pa.list_(pa.string())), ("body", pa.binary()), ("topic", pa.string()),
+                  ("key", pa.binary()), ("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))),
+                  ("reason", pa.string()), ("events", pa.int32())])
 
 
 def deliveries(endpoint_id: str, event_id: str) -> pa.RecordBatch:
     body = orjson.dumps({"specversion": "1.0", "id": event_id, "source": "/s", "type": "t", "tenantid": "7"})
     return pa.RecordBatch.from_pylist([{"kind": "single", "subscription_id": f"sub_{endpoint_id}",
-                                        "endpoint_id": endpoint_id, "event_ids": [event_id], "body": body}],
-                                      schema=SEND)
+                                        "endpoint_id": endpoint_id, "event_ids": [event_id], "body": body,
+                                        "events": 1}],
+                                      schema=WORK)
 
 
 def test_an_endpoint_created_while_loopback_was_allowed_is_refused_once_the_job_no_longer_allows_it(
@@ -54,9 +58,12 @@ def test_an_endpoint_created_while_loopback_was_allowed_is_refused_once_the_job_
         [after] = narrowed(iter([deliveries(endpoint, f"{unique}-after")]))
 
     assert [r.path for r in recorder.requests] == ["/hook"], "only the allowed send reached the receiver"
-    [tally_before], [tally_after] = before.to_pylist(), after.to_pylist()
-    assert tally_before["delivered"] == 1 and before.schema == TALLY_SCHEMA
-    assert tally_after["delivered"] == 0 and dict(tally_after["failures"]) == {"address_refused": 1}
+    assert before.schema == SUMMARY_SCHEMA
+    summary_before, summary_after = (BatchSummary.from_json(b.column("summary")[0].as_py()) for b in (before, after))
+    assert summary_before.events == 1 and summary_before.deliveries.total(Outcome.DELIVERED) == 1
+    assert summary_after.deliveries.total(Outcome.DELIVERED) == 0
+    [(_, refused)] = summary_after.deliveries.items()
+    assert dict(refused.failures) == {"address_refused": 1}
     with database.transaction() as session:
         delivered = session.scalars(select(DeliveryLogEntry).where(DeliveryLogEntry.endpoint_id == endpoint)).all()
         [attempt] = session.scalars(select(AttemptLogEntry).where(AttemptLogEntry.endpoint_id == endpoint)).all()

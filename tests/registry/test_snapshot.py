@@ -102,7 +102,7 @@ def test_the_snapshot_index_matches_each_level_exactly(registry) -> None:
 
 def test_spark_matches_a_produced_stream_exactly(registry, settings, spark, unique) -> None:
     from wayline.pipelines.envelope import parse_events, valid_events
-    from wayline.pipelines.matching import match_events, match_keys_frame
+    from wayline.pipelines.matching import match_events, match_table_frame
 
     snapshot, defined, _, types = registry
     topic = f"events.snapshot.{unique}"
@@ -114,7 +114,7 @@ def test_spark_matches_a_produced_stream_exactly(registry, settings, spark, uniq
     raw = (spark.read.format("kafka").option("kafka.bootstrap.servers", settings.kafka_bootstrap())
            .option("subscribe", topic).option("includeHeaders", "true").load())
     events = valid_events(parse_events(raw, max_bytes=1024))
-    pairs = match_events(events, match_keys_frame(spark, snapshot), snapshot).select("id", "subscription_id")
+    pairs = match_events(events, match_table_frame(spark, snapshot), snapshot).select("id", "subscription_id")
     assert {(r["id"], r["subscription_id"]) for r in pairs.collect()} == expected_pairs(defined, types)
 
 

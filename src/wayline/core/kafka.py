@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from typing import Any, NamedTuple
 
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from wayline.core.errors import RetryLater
@@ -32,4 +33,39 @@ def ensure_topics(bootstrap: str, names: Iterable[str], partitions: int, config:
     return missing
 
 
-__all__ = ["ensure_topics"]
+class KafkaRecord(NamedTuple):
+    topic: str
+    key: bytes | None
+    value: bytes | None
+    headers: Sequence[tuple[str, bytes | None]] = ()
+
+
+def produce_all(producer: Producer, records: Iterable[KafkaRecord], flush_timeout_s: float = 30.0) -> int:
+    """Produce ``records`` and wait until the broker acknowledged every one; returns how many.
+    Raises :class:`RetryLater` if any was refused or is still pending after ``flush_timeout_s``."""
+    failures: list[str] = []
+
+    def delivered(error: object, message: Any) -> None:
+        if error is not None:
+            failures.append(f"{message.topic()}: {error}")
+
+    count = 0
+    try:
+        for record in records:
+            while True:
+                try:
+                    producer.produce(record.topic, record.value, key=record.key, headers=list(record.headers),
+                                     on_delivery=delivered)
+                    break
+                except BufferError:  # the local queue is full: let acknowledgements drain it
+                    producer.poll(0.1)
+            count += 1
+        left = producer.flush(flush_timeout_s)
+    except KafkaException as exc:
+        raise RetryLater(f"could not produce to Kafka: {exc}") from exc
+    if left or failures:
+        raise RetryLater(f"records not acknowledged by Kafka: {left} pending, errors {failures[:3]}")
+    return count
+
+
+__all__ = ["KafkaRecord", "ensure_topics", "produce_all"]

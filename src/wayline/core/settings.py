@@ -140,9 +140,23 @@ class DeliverySettings(_Section):
     version_poll_s: float = Field(
         default=2.0, gt=0, description="the registry version is read at most this often, between micro-batches"
     )
-    trigger_interval_s: float = Field(default=0.5, gt=0, description="a micro-batch starts at most this often")
+    trigger_interval_s: float = Field(
+        default=0.1, gt=0, description="a micro-batch starts at most this often (and as soon as the last one ends)"
+    )
+    max_offsets_per_trigger: int = Field(
+        default=10_000, ge=1, description="records per micro-batch at most: a backlog goes in short micro-batches"
+    )
     send_partitions: int = Field(
         default=2, ge=1, description="tasks the matched pairs are spread over, by endpoint, for sending"
+    )
+    straggler_cut_s: float = Field(
+        default=1.0, gt=0,
+        description="once only slow endpoints are left in a send stage, their requests outstanding this long are "
+                    "cut and go to the retry path",
+    )
+    slow_for_s: float = Field(
+        default=30.0, gt=0,
+        description="an endpoint cut as a straggler is sent to by the retry path only, for this long",
     )
     # The delay before each attempt, from the first (0: at once); the length is the number of attempts.
     retry_schedule_s: list[float] = Field(default_factory=lambda: list(DEFAULT_RETRY_SCHEDULE_S), min_length=1)

@@ -145,10 +145,11 @@ class Gone:
 State = Succeeded | WillRetry | DeadLettered | Gone
 
 
-def defer(pending: Pending, now: datetime) -> WillRetry:
-    """Hand ``pending`` to the retry path unsent, due at once, with no attempt counted."""
+def defer(pending: Pending, now: datetime, why: str = "is failing") -> WillRetry:
+    """Hand ``pending`` to the retry path unsent, due at once, with no attempt counted;
+    ``why`` says what is wrong with its endpoint."""
     return hold(pending, HeldBack(
-        FailureKind.DEFERRED, f"endpoint {pending.endpoint_id} is failing; the retry path sends its messages"), now)
+        FailureKind.DEFERRED, f"endpoint {pending.endpoint_id} {why}; the retry path sends its messages"), now)
 
 
 def hold(pending: Pending, why: HeldBack, now: datetime) -> WillRetry:

@@ -199,6 +199,13 @@ def process_throttles() -> Throttles:
     return Throttles()
 
 
+@functools.cache
+def process_slow_endpoints() -> Throttles:
+    """Endpoints this process cut as stragglers, paused for the delivery job (the retry
+    path sends to them meanwhile): a pause Wayline chose, kept like an endpoint's own."""
+    return Throttles()
+
+
 __all__ = [
     "DEFAULT_CONSECUTIVE_FAILURES",
     "DEFAULT_COOL_DOWN_S",
@@ -212,5 +219,6 @@ __all__ = [
     "Clock",
     "Throttles",
     "process_breakers",
+    "process_slow_endpoints",
     "process_throttles",
 ]

@@ -67,11 +67,14 @@ class _Gate:
 
 @dataclass(slots=True)
 class _Progress:
-    sent: bool = False
+    sent_at: float | None = None
+    """When the request went to the transport (loop time); None while it waits for a slot."""
 
 
 OnResult = Callable[[int, Result], None]
 """Told each request's result (by position) as soon as it is known, before the group ends."""
+OnStraggler = Callable[[str], None]
+"""Told the id of each endpoint whose requests were cut as stragglers."""
 
 
 class Dispatcher:
@@ -87,12 +90,17 @@ class Dispatcher:
 
     async def deliver_all(self, requests: Sequence[Request], deadline_s: float, *,
                           subscriptions: Sequence[str] | None = None, on_result: OnResult | None = None,
+                          straggler_cut_s: float | None = None, on_straggler: OnStraggler | None = None,
                           ) -> list[Result]:
         """One result per request, in order, within ``deadline_s`` seconds of the call.
 
         ``subscriptions`` (one per request) lets a 410 hold back the rest of its
         subscription's requests; ``on_result`` hears of each finished request at once.
-        Requests cut by the deadline are only in the returned list."""
+        With ``straggler_cut_s``, once every unfinished request belongs to an endpoint
+        that has had a request out for that long, those endpoints' requests are cut at
+        once rather than at the deadline (``on_straggler`` hears of each such endpoint):
+        a slow endpoint holds the group up that long after the rest are done, no more.
+        Requests cut are only in the returned list."""
         if not requests:
             return []
         loop = asyncio.get_running_loop()
@@ -100,6 +108,8 @@ class Dispatcher:
         progress = [_Progress() for _ in requests]
         gone: set[str] = set()
         tasks: list[asyncio.Task[Result]] = []
+        stragglers: set[int] = set()
+        watcher: asyncio.Task[None] | None = None
 
         async def deliver(position: int) -> Result:
             subscription = subscriptions[position] if subscriptions is not None else None
@@ -115,12 +125,22 @@ class Dispatcher:
             # fires, and when the caller itself is cancelled: no send outlives the call.
             async with asyncio.timeout(deadline_s), asyncio.TaskGroup() as group:
                 tasks = [group.create_task(deliver(position)) for position in range(len(requests))]
+                if straggler_cut_s is not None:
+                    watcher = asyncio.create_task(_cut_stragglers(
+                        tasks, requests, progress, straggler_cut_s, stragglers, on_straggler or (lambda _: None)))
         except TimeoutError:
             pass
+        finally:
+            if watcher is not None:
+                watcher.cancel()
         cut_after = loop.time() - started
+        straggling = (f"within {straggler_cut_s or 0:g} s once every other endpoint of the stage was done: cut as "
+                      "a straggler (the endpoint is slow; the retry path sends its messages)")
         return [
-            _cut(p, deadline_s, cut_after) if task.cancelled() else task.result()
-            for task, p in zip(tasks, progress)
+            _cut(p, straggling if position in stragglers else f"within the {deadline_s:g} s delivery deadline",
+                 cut_after)
+            if task.cancelled() else task.result()
+            for position, (task, p) in enumerate(zip(tasks, progress))
         ]
 
     def _held(self, endpoint: Endpoint, subscription: str | None, gone: set[str]) -> HeldBack | None:
@@ -161,7 +181,7 @@ class Dispatcher:
                 except RetryLater as exc:
                     return Failure(FailureKind.AUTH, str(exc))
                 request = replace(request, headers={**request.headers, **extra})
-            progress.sent = True
+            progress.sent_at = asyncio.get_running_loop().time()
             try:
                 result = await self._transport.send(request)
             except asyncio.CancelledError:
@@ -194,14 +214,39 @@ def _record(breaker: CircuitBreaker | None, *, failed: bool) -> None:
         breaker.record_success()
 
 
-def _cut(progress: _Progress, deadline_s: float, elapsed_s: float) -> Failure:
-    if progress.sent:
-        return Failure(FailureKind.DEADLINE, f"no response within the {deadline_s:g} s delivery deadline", elapsed_s)
+async def _cut_stragglers(tasks: Sequence[asyncio.Task[Result]], requests: Sequence[Request],
+                          progress: Sequence[_Progress], cut_s: float, cut: set[int], on_straggler: OnStraggler,
+                          ) -> None:
+    """Cancel the unfinished requests of slow endpoints, once only slow endpoints are left
+    (their positions go to ``cut``). An endpoint is slow when one of its requests has been
+    out for ``cut_s``; one that is merely busy (waiting for its own slots) is not."""
+    loop = asyncio.get_running_loop()
+    while True:
+        await asyncio.sleep(min(cut_s / 4, 0.05))
+        now = loop.time()
+        unfinished: dict[str, list[int]] = {}
+        for position, task in enumerate(tasks):
+            if not task.done():
+                unfinished.setdefault(requests[position].endpoint.id, []).append(position)
+        slow = {endpoint for endpoint, positions in unfinished.items()
+                if any((sent := progress[p].sent_at) is not None and now - sent >= cut_s for p in positions)}
+        if not slow or len(slow) < len(unfinished):
+            continue  # nothing slow yet, or others still at work: a straggler holds up no one
+        for endpoint in sorted(slow):
+            on_straggler(endpoint)
+            for position in unfinished[endpoint]:
+                cut.add(position)
+                tasks[position].cancel()
+        return
+
+
+def _cut(progress: _Progress, within: str, elapsed_s: float) -> Failure:
+    if progress.sent_at is not None:
+        return Failure(FailureKind.DEADLINE, f"no response {within}", elapsed_s)
     # It never left: the endpoint is slow to take requests, not to answer this one.
     return HeldBack(FailureKind.DEADLINE, (
-        f"not sent within the {deadline_s:g} s delivery deadline "
-        "(waiting for the endpoint's in-flight limit, rate limit or credentials)"
+        f"not sent {within} (waiting for the endpoint's in-flight limit, rate limit or credentials)"
     ), elapsed_s)
 
 
-__all__ = ["Dispatcher", "OnResult", "TokenBucket"]
+__all__ = ["Dispatcher", "OnResult", "OnStraggler", "TokenBucket"]

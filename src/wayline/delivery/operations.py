@@ -21,6 +21,7 @@ import orjson
 from confluent_kafka import KafkaException, Producer
 
 from wayline.core.errors import RetryLater
+from wayline.core.kafka import KafkaRecord, produce_all
 from wayline.delivery.storage.drain import Buried, Failing
 from wayline.registry.catalog import ENDPOINT_DISABLED, MESSAGE_DEAD_LETTERED
 
@@ -79,21 +80,12 @@ class OperationsProducer:
     def publish(self, events: Sequence[OperationalEvent]) -> None:
         if not events:
             return
-        failures: list[str] = []
-
-        def delivered(error: object, _message: object) -> None:
-            if error is not None:
-                failures.append(str(error))
-
         try:
             producer = Producer({"bootstrap.servers": self._bootstrap, "enable.idempotence": True})
-            for event in events:
-                producer.produce(self._topic, event.value, key=event.topic_key.encode(), on_delivery=delivered)
-            left = producer.flush(self._flush_timeout_s)
-        except (KafkaException, BufferError) as exc:
+        except KafkaException as exc:
             raise RetryLater(f"could not produce operational events: {exc}") from exc
-        if left or failures:
-            raise RetryLater(f"operational events not acknowledged by Kafka: {left} pending, errors {failures[:3]}")
+        produce_all(producer, (KafkaRecord(self._topic, event.topic_key.encode(), event.value) for event in events),
+                    self._flush_timeout_s)
 
 
 __all__ = [

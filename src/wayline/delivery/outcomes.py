@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+import orjson
+
 from wayline.delivery.attempt import DeadLettered, Pending, State, Succeeded, WillRetry
 from wayline.delivery.transport import Response, Result
 
@@ -169,6 +171,23 @@ class BatchSummary:
     deliveries: Tally = field(default_factory=Tally)
     batches: int = 0
     registry_version: int = 0
+
+    def to_json(self) -> bytes:
+        """The counts (not the registry version) as JSON, for a task to return to the driver."""
+        return orjson.dumps({
+            "events": self.events, "quarantined": dict(self.quarantined), "filtered": self.filtered,
+            "held": self.held, "phase_seconds": dict(self.phase_seconds), "deliveries": self.deliveries.rows(),
+            "batches": self.batches,
+        })
+
+    @classmethod
+    def from_json(cls, data: bytes) -> BatchSummary:
+        counts = orjson.loads(data)
+        return cls(
+            events=counts["events"], quarantined=Counter(counts["quarantined"]), filtered=counts["filtered"],
+            held=counts["held"], phase_seconds=Counter(counts["phase_seconds"]),
+            deliveries=Tally.from_rows(counts["deliveries"]), batches=counts["batches"],
+        )
 
     def merge(self, other: BatchSummary) -> None:
         self.events += other.events

@@ -26,15 +26,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Coroutine, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
-from typing import Protocol
+from typing import Any, Protocol, TypeVar
 
 from wayline.core.settings import DeliverySettings
 from wayline.delivery.attempt import DeadLettered, DeadLetterReason, Pending, State, defer, hold, settle
-from wayline.delivery.circuit import CircuitSettings, process_breakers, process_throttles
+from wayline.delivery.circuit import CircuitSettings, process_breakers, process_slow_endpoints, process_throttles
 from wayline.delivery.dispatch import Dispatcher
 from wayline.delivery.outcomes import Tally
 from wayline.delivery.retry import DEFAULT_RETRY_POLICY, HeldBack, Random, RetryPolicy
@@ -44,6 +44,10 @@ from wayline.delivery.transport import Endpoint, Failure, FailureKind, Request, 
 TransportFactory = Callable[[], AbstractAsyncContextManager[Transport]]
 Record = Callable[[Sequence[State]], None]
 """Keeps a batch of settled deliveries (the store's ``record``, the retry queue's ``settle``)."""
+_T = TypeVar("_T")
+Run = Callable[[Coroutine[Any, Any, _T]], _T]
+"""Runs a stage's sends to the end: ``asyncio.run`` (a loop per stage), or a long-lived
+loop's runner whose transport and connections outlive the stage."""
 
 # A crash resends what was settled but not yet recorded: about 0.15 s of outcomes (plus
 # one write), in one statement per table per batch rather than one round trip per request.
@@ -85,6 +89,11 @@ class StageSettings:
     circuit: CircuitSettings = CircuitSettings()
     settle_every_s: float = SETTLE_EVERY_S
     settle_batch: int = SETTLE_BATCH
+    straggler_cut_s: float | None = None
+    """Cut slow endpoints' requests this long after only they are left (the delivery job's
+    stages; the retry path, whose work the slow endpoints are, waits for the deadline)."""
+    slow_for_s: float = 30.0
+    """An endpoint cut as a straggler is deferred to the retry path this long."""
 
     @classmethod
     def from_settings(cls, delivery: DeliverySettings) -> StageSettings:
@@ -98,6 +107,8 @@ class StageSettings:
                 window=delivery.circuit_window, min_calls=delivery.circuit_min_calls,
                 cool_down_s=delivery.circuit_cool_down_s,
             ),
+            straggler_cut_s=delivery.straggler_cut_s,
+            slow_for_s=delivery.slow_for_s,
         )
 
     def policy_for(self, target: Target | None) -> RetryPolicy:
@@ -123,12 +134,14 @@ def run_stage(
     clock: Callable[[], datetime] = utc_now,
     rng: Random | None = None,
     failing: Collection[str] = frozenset(),
+    run: Run[list[State]] = asyncio.run,
 ) -> Tally:
     """Deliver ``pendings`` to their endpoints (``targets`` by id); returns what happened to each.
 
-    Deliveries to the ``failing`` endpoints are handed to the retry path unsent: a hanging
-    endpoint would otherwise hold every stage it is in until the deadline, and with it
-    every healthy endpoint's deliveries of the micro-batch.
+    Deliveries to the ``failing`` endpoints, and to those this process recently cut as
+    stragglers, are handed to the retry path unsent: a hanging endpoint would otherwise
+    hold every stage it is in until the deadline (or the straggler cut), and with it every
+    healthy endpoint's deliveries of the micro-batch.
     """
     tally = Tally()
     unique: dict[str, Pending] = {}
@@ -147,6 +160,7 @@ def run_stage(
     if not fresh:
         return tally
     blocked = store.blocked({p.subscription_id for p in fresh}, {p.endpoint_id for p in fresh})
+    slow = process_slow_endpoints()
     now = clock()
     todo: list[Pending] = []
     unsent: list[State] = []
@@ -160,11 +174,13 @@ def run_stage(
                 f"until {until:%H:%M:%S} UTC", wait_s=max(0.0, (until - now).total_seconds())), now))
         elif pending.endpoint_id in failing:
             unsent.append(defer(pending, now))
+        elif slow.remaining(pending.endpoint_id) > 0:
+            unsent.append(defer(pending, now, "was cut as a straggler (slow to answer) a moment ago"))
         else:
             todo.append(pending)
     if unsent:
         store.record(unsent)
-    states = unsent + (attempt_all(todo, targets, transport, settings, store.record, clock=clock, rng=rng)
+    states = unsent + (attempt_all(todo, targets, transport, settings, store.record, clock=clock, rng=rng, run=run)
                        if todo else [])
     for state in states:
         tally.settled(state)
@@ -188,11 +204,12 @@ def attempt_all(
     *,
     clock: Callable[[], datetime] = utc_now,
     rng: Random | None = None,
+    run: Run[list[State]] = asyncio.run,
 ) -> list[State]:
     """Send each of ``todo`` once under the stage deadline (no dedupe, no store check: the
     caller decided they are due) and ``record`` where each one goes next, in batches as
     they finish; returns those states, in order."""
-    return asyncio.run(_attempt(todo, targets, transport, settings, record, clock, rng or random.Random()))
+    return run(_attempt(todo, targets, transport, settings, record, clock, rng or random.Random()))
 
 
 class _Recorder:
@@ -276,9 +293,12 @@ async def _attempt(
                     positions.append(position)
             dispatcher = Dispatcher(transport, process_breakers(settings.circuit), process_throttles(),
                                     settings.policy.max_retry_after)
+            slow = process_slow_endpoints()
             results = await dispatcher.deliver_all(
                 requests, settings.deadline_s, subscriptions=[todo[p].subscription_id for p in positions],
-                on_result=lambda index, result: settled(positions[index], result))
+                on_result=lambda index, result: settled(positions[index], result),
+                straggler_cut_s=settings.straggler_cut_s,
+                on_straggler=lambda endpoint_id: slow.pause(endpoint_id, settings.slow_for_s))
         for index, result in enumerate(results):
             if states[positions[index]] is None:
                 settled(positions[index], result)
@@ -290,6 +310,6 @@ async def _attempt(
 
 
 __all__ = [
-    "Blocked", "DeliveryStore", "Record", "SETTLE_BATCH", "SETTLE_EVERY_S", "StageSettings", "TransportFactory", "abandon",
+    "Blocked", "DeliveryStore", "Record", "Run", "SETTLE_BATCH", "SETTLE_EVERY_S", "StageSettings", "TransportFactory", "abandon",
     "attempt_all", "run_stage", "utc_now",
 ]

@@ -7,13 +7,15 @@
    chunk is a batch, sent at once by the same send step as single events: a subscription
    whose micro-batch alone fills batches keeps no state for them. Each key's leftover
    (fewer than ``max_count``) becomes one *bundle*, written to the internal
-   ``delivery.batch_topic`` keyed by its batch key.
+   ``delivery.batch_topic`` keyed by its batch key. The chunks are cut from the same
+   shuffle (by endpoint) that takes streaming deliveries to the sending tasks, and the
+   tasks write the bundles: one Spark job per micro-batch (:mod:`~wayline.pipelines.routing`).
 2. The batching query reads that topic and runs a ``transformWithStateInPandas``
    operator keyed by *bucket* (a hash of the batch key into ``delivery.batch_buckets``):
    each bucket's pending items live in one RocksDB value
    (:class:`~wayline.delivery.bucket.Bucket`) with one processing-time timer at its
-   earliest deadline (or, with nothing pending, when its replay guard may be forgotten). Batches that fill up or whose ``max_wait`` passes are emitted and
-   sent by the shared send step in the batching query's ``foreachBatch``.
+   earliest deadline (or, with nothing pending, when its replay guard may be
+   forgotten). Batches that fill up or whose ``max_wait`` passes are emitted and sent by the shared send step in the batching query's ``foreachBatch``.
 
 Sorting by event id makes the chunks of a replayed micro-batch the same as the first
 time, so their webhook ids are too and the delivery log skips them; a bundle handed over
@@ -55,48 +57,45 @@ MAX_BUNDLE_BYTES = 32 * 1024 * 1024
 BATCH_TOPIC_CONFIG = {"max.message.bytes": str(MAX_BUNDLE_BYTES), "retention.ms": str(7 * 24 * 3600 * 1000)}
 
 
-def chunk_batch_pairs(pairs: DataFrame, shards: int) -> DataFrame:
-    """Batch-mode pairs → one row per chunk of ``max_count`` events of one batch key.
+def batch_work(pairs: DataFrame, shards: int, topic: str, source: Source) -> DataFrame:
+    """Batch-mode pairs → work rows (:data:`~wayline.pipelines.sending.WORK_SCHEMA`): per
+    batch key, its events (once per event id) sorted by id and cut into chunks of
+    ``max_count``; a full chunk is a ``batch`` request, the leftover a ``record`` for the
+    batch topic (a bundle keyed by its batch key).
 
-    Columns: :data:`KEY_COLUMNS`, ``event_ids``, ``bodies`` (the structured CloudEvents,
-    as text) and ``full`` (the chunk holds ``max_count`` events).
+    ``pairs`` has ``event_id``, ``body``, ``events`` and the route columns; its
+    ``events`` add up to the first chunk of each key.
     """
-    shard = F.pmod(F.crc32(F.col("id").cast("binary")), F.lit(shards)).cast("int")
-    grouped = (
-        pairs.dropDuplicates(["subscription_id", "id"])
-        .groupBy("subscription_id", "endpoint_id", "max_count", "max_wait_ms", shard.alias("shard"))
-        .agg(F.array_sort(F.collect_list(F.struct("id", F.col("body").cast("string").alias("body")))).alias("items"))
+    shard = F.pmod(F.crc32(F.col("event_id").cast("binary")), F.lit(shards)).cast("int")
+    grouped = pairs.groupBy("subscription_id", "endpoint_id", "max_count", "max_wait_ms", shard.alias("shard")).agg(
+        F.array_sort(F.collect_list(F.struct(F.col("event_id").alias("id"), F.col("body").cast("string").alias("body"))))
+        .alias("_sorted"),
+        F.sum("events").cast("int").alias("_events"),
     )
-    starts = F.sequence(F.lit(0), F.size("items") - 1, F.col("max_count"))
-    chunks = grouped.select(
+    # The same event twice (a duplicate on Kafka) goes once; sorted, copies are neighbours.
+    items = F.filter("_sorted", lambda item, i: (i == 0) | (item["id"] != F.element_at("_sorted", i)["id"]))
+    starts = F.sequence(F.lit(0), F.size("_items") - 1, F.col("max_count"))
+    chunks = grouped.select("*", items.alias("_items")).select(
+        *KEY_COLUMNS, "_events",
+        F.posexplode(F.transform(starts, lambda start: F.slice("_items", start + 1, F.col("max_count")))),
+    ).select(
         *KEY_COLUMNS,
-        F.explode(F.transform(starts, lambda start: F.slice("items", start + 1, F.col("max_count")))).alias("chunk"),
+        F.when(F.col("pos") == 0, F.col("_events")).otherwise(F.lit(0)).alias("events"),
+        F.col("col.id").alias("event_ids"),
+        F.col("col.body").alias("bodies"),
+        (F.size("col") == F.col("max_count")).alias("full"),
     )
+    bundle = F.to_json(F.struct(
+        *KEY_COLUMNS, F.lit(source.run).alias("run"), F.lit(source.batch_id).alias("batch_id"), "event_ids", "bodies",
+    ))
     return chunks.select(
-        *KEY_COLUMNS,
-        F.col("chunk.id").alias("event_ids"),
-        F.col("chunk.body").alias("bodies"),
-        (F.size("chunk") == F.col("max_count")).alias("full"),
-    )
-
-
-def full_batches(chunks: DataFrame) -> DataFrame:
-    """The full chunks as deliveries (:data:`~wayline.pipelines.sending.SEND_SCHEMA`): one CloudEvents batch each."""
-    return chunks.where("full").select(
-        F.lit("batch").alias("kind"), "subscription_id", "endpoint_id", "event_ids",
-        F.concat(F.lit("["), F.array_join("bodies", ","), F.lit("]")).cast("binary").alias("body"),
-    )
-
-
-def bundles(chunks: DataFrame, topic: str, source: Source) -> DataFrame:
-    """The leftover chunks as records for the batch topic, keyed by batch key."""
-    return chunks.where(~F.col("full")).select(
-        F.lit(topic).alias("topic"),
-        F.concat_ws(":", "subscription_id", "shard").alias("key"),
-        F.to_json(F.struct(
-            *KEY_COLUMNS, F.lit(source.run).alias("run"), F.lit(source.batch_id).alias("batch_id"),
-            "event_ids", "bodies",
-        )).alias("value"),
+        F.when(F.col("full"), F.lit("batch")).otherwise(F.lit("record")).alias("kind"),
+        "subscription_id", "endpoint_id", "event_ids",
+        F.when(F.col("full"), F.concat(F.lit("["), F.array_join("bodies", ","), F.lit("]")))
+        .otherwise(bundle).cast("binary").alias("body"),
+        F.when(~F.col("full"), F.lit(topic)).alias("topic"),
+        F.when(~F.col("full"), F.concat_ws(":", "subscription_id", "shard")).cast("binary").alias("key"),
+        "events",
     )
 
 
@@ -218,8 +217,6 @@ __all__ = [
     "KEY_COLUMNS",
     "MAX_BUNDLE_BYTES",
     "BatchingProcessor",
-    "bundles",
-    "chunk_batch_pairs",
-    "full_batches",
+    "batch_work",
     "start_batching",
 ]

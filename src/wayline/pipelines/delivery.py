@@ -2,18 +2,20 @@
 
 Two streaming queries, started and stopped together (:class:`DeliveryJob`):
 
-*matching* (``foreachBatch``, driven from the driver), per micro-batch:
+*matching* (``foreachBatch``, driven from the driver), per micro-batch, in one Spark job
+(:mod:`~wayline.pipelines.routing`):
 
 1. takes the current registry snapshot — swapped when the registry version moved,
    polled at most every ``delivery.version_poll_s`` (:class:`~wayline.delivery.holder.SnapshotHolder`);
 2. parses the records; bad ones go to the quarantine topic unchanged;
-3. matches events to subscriptions (broadcast equi-join plus compiled filters, in the
+3. matches events to subscriptions (broadcast lookups plus compiled filters, in the
    JVM) and routes each pair by its subscription's delivery mode;
 4. batch mode: cuts each subscription shard's pairs into full batches, and hands the
    leftovers to the batching query over the batch topic (:mod:`wayline.pipelines.batching`);
-5. sends the streaming pairs and the full batches in one send step
-   (:mod:`wayline.pipelines.sending`) — except to endpoints whose latest retry failed
-   (read at most every ``delivery.version_poll_s``): those go to the retry path unsent;
+5. the sending tasks (:mod:`wayline.pipelines.sending`) send the streaming pairs and the
+   full batches — except to endpoints whose latest retry failed (read at most every
+   ``delivery.version_poll_s``): those go to the retry path unsent — write the
+   quarantine copies and leftovers to Kafka, and count everything;
 6. adds the counts the tasks return to the metrics, and disables in the registry every
    subscription whose endpoint answered 410.
 
@@ -30,204 +32,48 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import Counter
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 
-from pyspark import Broadcast
-from pyspark.sql import Column, DataFrame, SparkSession
-from pyspark.sql import functions as F
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from wayline.core.envelope import BINARY_PREFIX
 from wayline.core.errors import RejectedInput
 from wayline.core.kafka import ensure_topics
 from wayline.core.settings import Settings
-from wayline.delivery.batch import DEFAULT_MAX_COUNT, DEFAULT_MAX_WAIT
 from wayline.delivery.bucket import Source
 from wayline.delivery.holder import Polled, SnapshotHolder
 from wayline.delivery.metrics import DeliveryMetrics
-from wayline.delivery.outcomes import BatchSummary, Tally
+from wayline.delivery.outcomes import BatchSummary
 from wayline.delivery.stage import StageSettings
 from wayline.delivery.storage.drain import RetryQueue
-from wayline.delivery.targets import Target, target_of
-from wayline.pipelines.batching import BATCH_TOPIC_CONFIG, bundles, chunk_batch_pairs, full_batches, start_batching
-from wayline.pipelines.envelope import ENVELOPE_COLUMNS, parse_events
-from wayline.pipelines.matching import match_events, match_keys_frame
+from wayline.pipelines.batching import BATCH_TOPIC_CONFIG, start_batching
+from wayline.pipelines.live_snapshot import LiveSnapshot, load_live_snapshot
 from wayline.pipelines.micro_batch import concise_failures
+from wayline.pipelines.routing import micro_batch_work
 from wayline.pipelines.sending import PartitionSender, send, task_settings
-from wayline.pipelines.source import read_kafka, write_quarantine, write_to_kafka
+from wayline.pipelines.source import read_kafka
 from wayline.registry import subscription
 from wayline.registry.access import Caller
 from wayline.registry.db import Database
 from wayline.registry.endpoint import EndpointService
-from wayline.registry.snapshot import Snapshot, load_snapshot
 
 _log = logging.getLogger(__name__)
 
-STREAMING = "streaming"
-BATCH = "batch"
-ROUTES_SCHEMA = "subscription_id string, endpoint_id string, mode string, max_count int, max_wait_ms int"
 # Registry changes the job makes on its own (410 Gone) are an operator's, not a customer's.
 DELIVERY_CALLER = Caller(key_id="wayline-delivery", customer_id=None)
-
-
-def event_body() -> Column:
-    """The structured-mode CloudEvent JSON an endpoint receives for an event, as bytes.
-
-    A structured-mode record is sent as it came: its Kafka value, byte for byte. For a
-    binary-mode record the JSON is assembled in the JVM: one member per ``ce_`` header
-    (the first of a repeated header wins, as in the parser; every extension is kept, as
-    a string), then ``data``: the record's value, which the parser has checked is JSON,
-    spliced in unchanged.
-    """
-    prefix = F.lit(BINARY_PREFIX)
-    binary = F.exists("headers", lambda h: h["key"] == F.lit(f"{BINARY_PREFIX}specversion"))
-    attributes = F.filter(
-        "headers",
-        lambda h, i: F.startswith(h["key"], prefix)
-        & (h["key"] != F.lit(f"{BINARY_PREFIX}data"))
-        & h["value"].isNotNull()
-        & ~F.exists(F.slice("headers", F.lit(1), i), lambda earlier: earlier["key"] == h["key"]),
-    )
-    members = F.to_json(F.map_from_entries(F.transform(
-        attributes,
-        lambda h: F.struct(
-            h["key"].substr(F.lit(len(BINARY_PREFIX) + 1), F.length(h["key"])), h["value"].cast("string"),
-        ),
-    )))
-    assembled = F.concat(
-        members.substr(F.lit(1), F.length(members) - 1), F.lit(',"data":'), F.col("value").cast("string"), F.lit("}"),
-    )
-    return F.when(binary, assembled.cast("binary")).otherwise(F.col("value"))
-
-
-def events_with_bodies(parsed: DataFrame) -> DataFrame:
-    """The valid events (as `valid_events` gives them) plus `body`, built from the raw record."""
-    return parsed.where(F.col("reason").isNull()).select(
-        *ENVELOPE_COLUMNS, "topic", "partition", "offset", event_body().alias("body"),
-    )
-
-
-@dataclass(frozen=True)
-class LiveSnapshot:
-    """A registry snapshot with what the Spark job derives from it once per version."""
-
-    snapshot: Snapshot
-    keys: DataFrame
-    routes: DataFrame
-    targets: Broadcast[dict[str, Target]]
-    has_batch: bool
-    """Some subscription is in batch mode."""
-
-    @property
-    def version(self) -> int:
-        return self.snapshot.version
-
-
-def load_live_snapshot(spark: SparkSession, database: Database, endpoints: EndpointService) -> LiveSnapshot:
-    with database.transaction() as session:
-        snapshot = load_snapshot(session, endpoints)
-    default_wait_ms = round(DEFAULT_MAX_WAIT.total_seconds() * 1000)
-    routes = spark.createDataFrame(
-        [
-            (s.id, s.endpoint_id, s.mode, s.max_count or DEFAULT_MAX_COUNT, s.max_wait_ms or default_wait_ms)
-            for s in snapshot.subscriptions.values()
-        ],
-        ROUTES_SCHEMA,
-    )
-    # Decrypted credentials reach the executors in this broadcast, never in DataFrame rows.
-    targets = spark.sparkContext.broadcast({e.id: target_of(e) for e in snapshot.endpoints.values()})
-    has_batch = any(s.mode == BATCH for s in snapshot.subscriptions.values())
-    return LiveSnapshot(snapshot, match_keys_frame(spark, snapshot), routes, targets, has_batch)
-
-
-def single_deliveries(pairs: DataFrame) -> DataFrame:
-    """Streaming-mode pairs as deliveries (:data:`~wayline.pipelines.sending.SEND_SCHEMA`): one request each."""
-    return pairs.where(F.col("mode") == F.lit(STREAMING)).select(
-        F.lit("single").alias("kind"), "subscription_id", "endpoint_id", F.array("id").alias("event_ids"), "body",
-    )
-
-
-@contextmanager
-def timed(phases: Counter[str], phase: str) -> Iterator[None]:
-    started = time.perf_counter()
-    try:
-        yield
-    finally:
-        phases[phase] += time.perf_counter() - started
-
-
-def send_pairs(
-    pairs: DataFrame, modes: set[str | None], source: Source, settings: Settings, sender: PartitionSender,
-    phases: Counter[str],
-) -> tuple[Tally, int]:
-    """Send the streaming pairs and every full batch; hand batch leftovers to the batching
-    query. Returns what was sent, and how many pairs now wait for their batch."""
-    deliveries = single_deliveries(pairs)
-    partitions = settings.delivery.send_partitions
-    if BATCH not in modes:
-        with timed(phases, "send"):
-            return (send(deliveries, sender, partitions) if STREAMING in modes else Tally()), 0
-    chunks = chunk_batch_pairs(pairs.where(F.col("mode") == F.lit(BATCH)), settings.delivery.batch_shards).persist()
-    try:
-        with timed(phases, "batch"):
-            held = chunks.where(~F.col("full")).agg(F.sum(F.size("event_ids"))).first()[0] or 0
-            if held:
-                write_to_kafka(bundles(chunks, settings.delivery.batch_topic, source), settings)
-        with timed(phases, "send"):
-            return send(deliveries.unionByName(full_batches(chunks)), sender, partitions), held
-    finally:
-        chunks.unpersist()
 
 
 def deliver_micro_batch(
     batch: DataFrame, source: Source, live: LiveSnapshot, settings: Settings, sender: PartitionSender,
 ) -> BatchSummary:
-    """Quarantine, match and send one micro-batch; batch-mode leftovers to the batch topic. What happened, in counts."""
-    phases: Counter[str] = Counter()
-    # One task per core, not per Kafka partition: a micro-batch runs several jobs over the
-    # cached rows, and hundreds of tiny tasks per job cost more than the work itself.
-    batch = batch.coalesce(batch.sparkSession.sparkContext.defaultParallelism)
-    parsed = parse_events(batch, max_bytes=settings.envelope.max_bytes).persist()
-    try:
-        with timed(phases, "parse"):
-            by_reason = {row["reason"]: row["count"] for row in parsed.groupBy("reason").count().collect()}
-        quarantined = Counter({reason: count for reason, count in by_reason.items() if reason is not None})
-        if quarantined:
-            with timed(phases, "quarantine"):
-                write_quarantine(parsed, settings)
-        pairs = match_events(events_with_bodies(parsed), live.keys, live.snapshot).join(
-            F.broadcast(live.routes), "subscription_id",
-        ).persist()
-        try:
-            with timed(phases, "match"):
-                # One pass: pairs per mode, and (the rollup's total row) distinct events matched.
-                per_mode = {
-                    row["mode"]: (row["pairs"], row["events"])
-                    for row in pairs.rollup("mode").agg(
-                        F.count(F.lit(1)).alias("pairs"),
-                        F.count_distinct("topic", "partition", "offset").alias("events"),
-                    ).collect()
-                }
-            tally, held = send_pairs(pairs, set(per_mode), source, settings, sender, phases)
-        finally:
-            pairs.unpersist()
-    finally:
-        parsed.unpersist()
-    events = by_reason.get(None, 0)
-    return BatchSummary(
-        events=events,
-        quarantined=quarantined,
-        filtered=events - per_mode.get(None, (0, 0))[1],
-        held=held,
-        phase_seconds=phases,
-        deliveries=tally,
-        batches=1,
-        registry_version=live.version,
-    )
+    """Quarantine, match and send one micro-batch, batch-mode leftovers to the batch topic,
+    in one Spark job (:mod:`~wayline.pipelines.routing`). What happened, in counts."""
+    started = time.perf_counter()
+    summary = send(micro_batch_work(batch, live, settings, source), sender)
+    summary.phase_seconds["micro_batch"] += time.perf_counter() - started
+    summary.batches, summary.registry_version = 1, live.version
+    return summary
 
 
 GONE_REASON = "its endpoint answered 410 Gone"
@@ -354,13 +200,14 @@ def start_delivery(
 
     def send_ready(batch: DataFrame, _batch_id: int) -> None:
         live = holder.current()
-        phases: Counter[str] = Counter()
-        with timed(phases, "send_ready_batches"):
-            tally = send(batch, sender(live), settings.delivery.send_partitions)
-        record(BatchSummary(deliveries=tally, registry_version=live.version, phase_seconds=phases))
+        started = time.perf_counter()
+        summary = send(batch, sender(live), settings.delivery.send_partitions)
+        summary.phase_seconds["send_ready_batches"] += time.perf_counter() - started
+        summary.registry_version = live.version
+        record(summary)
 
     writer = (
-        read_kafka(spark, settings)
+        read_kafka(spark, settings, max_offsets_per_trigger=settings.delivery.max_offsets_per_trigger)
         .writeStream.queryName("wayline-delivery")
         .option("checkpointLocation", str(root / "matching"))
         .foreachBatch(concise_failures("wayline-delivery", match_and_send))
@@ -383,19 +230,10 @@ def start_delivery(
 
 
 __all__ = [
-    "BATCH",
     "DELIVERY_CALLER",
-    "ROUTES_SCHEMA",
-    "STREAMING",
+    "GONE_REASON",
     "DeliveryJob",
-    "LiveSnapshot",
     "deliver_micro_batch",
     "disable_gone",
-    "event_body",
-    "events_with_bodies",
-    "load_live_snapshot",
-    "send_pairs",
-    "single_deliveries",
-    "timed",
     "start_delivery",
 ]

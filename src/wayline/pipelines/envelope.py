@@ -160,15 +160,15 @@ def _record_bytes(key: Column, value: Column, headers: Column) -> Column:
     return F.lit(_RECORD_OVERHEAD) + _octets(key) + _octets(value) + header_bytes
 
 
-def quarantine_records(parsed: DataFrame, quarantine_topic: str, max_bytes: int) -> DataFrame:
-    """Bad records as the Kafka sink writes them: original key, value and headers, plus why.
+def quarantine_copy(quarantine_topic: str, max_bytes: int) -> Column:
+    """A bad row's quarantine copy as the Kafka sink writes it — a struct of ``topic``,
+    ``key``, ``value`` and ``headers`` — plus ``truncated``: the original key, value and
+    headers, and why.
 
     A copy that would exceed ``max_bytes`` (the producer's and broker's limit, less a
     margin) would be refused by Kafka and stop the query on every restart; it carries
     instead a JSON reference to the original (topic, partition, offset) as its value, the
     key if it fits, none of the original headers, and a ``TRUNCATED_HEADER`` saying why.
-    The boolean column ``truncated`` marks those copies, for counting; the Kafka sink
-    does not take it, so drop it before writing.
     """
 
     def header(name: str, value: Column) -> Column:
@@ -182,31 +182,64 @@ def quarantine_records(parsed: DataFrame, quarantine_topic: str, max_bytes: int)
         header(SOURCE_OFFSET_HEADER, F.col("offset").cast("string")),
     )
     original = F.coalesce(F.col("headers"), F.array().cast("array<struct<key:string,value:binary>>"))
-    copies = parsed.where(F.col("reason").isNotNull()).select(
-        "key", "value", "topic", "partition", "offset",
-        added.alias("_added"), F.concat(original, added).alias("_headers"),
-    )
-    copies = copies.select("*", _record_bytes(F.col("key"), F.col("value"), F.col("_headers")).alias("_bytes"))
-    fits = F.col("_bytes") <= F.lit(max_bytes)
+    headers = F.concat(original, added)
+    size = _record_bytes(F.col("key"), F.col("value"), headers)
+    fits = size <= F.lit(max_bytes)
     why = F.concat(
-        F.lit("the copy would be "), F.col("_bytes").cast("string"),
+        F.lit("the copy would be "), size.cast("string"),
         F.lit(f" bytes, over the {max_bytes}-byte limit (kafka.quarantine_max_bytes); "
               "its value and headers are left out: read the original at the source topic, partition and offset"),
     )
-    reference = copies.select(
-        "*",
-        F.to_json(F.struct("topic", "partition", "offset")).cast("binary").alias("_reference"),
-        F.concat(F.col("_added"), F.array(header(TRUNCATED_HEADER, why))).alias("_reference_headers"),
-    )
+    reference = F.to_json(F.struct("topic", "partition", "offset")).cast("binary")
+    reference_headers = F.concat(added, F.array(header(TRUNCATED_HEADER, why)))
     # A reference copy keeps the key if it still fits with it (a huge key would not).
-    key_fits = _record_bytes(F.col("key"), F.col("_reference"), F.col("_reference_headers")) <= F.lit(max_bytes)
-    return reference.select(
+    key_fits = _record_bytes(F.col("key"), reference, reference_headers) <= F.lit(max_bytes)
+    return F.struct(
         F.lit(quarantine_topic).alias("topic"),
         F.when(fits | key_fits, F.col("key")).alias("key"),
-        F.when(fits, F.col("value")).otherwise(F.col("_reference")).alias("value"),
-        F.when(fits, F.col("_headers")).otherwise(F.col("_reference_headers")).alias("headers"),
+        F.when(fits, F.col("value")).otherwise(reference).alias("value"),
+        F.when(fits, headers).otherwise(reference_headers).alias("headers"),
         (~fits).alias("truncated"),
     )
 
 
-__all__ = ["ENVELOPE_COLUMNS", "ENVELOPE_SCHEMA", "parse_events", "quarantine_records", "valid_events"]
+def quarantine_records(parsed: DataFrame, quarantine_topic: str, max_bytes: int) -> DataFrame:
+    """The bad rows of ``parsed`` as :func:`quarantine_copy` makes them, one column each.
+    The Kafka sink does not take ``truncated``: drop it before writing."""
+    copy = quarantine_copy(quarantine_topic, max_bytes).alias("copy")
+    return parsed.where(F.col("reason").isNotNull()).select(copy).select("copy.*")
+
+def event_body() -> Column:
+    """The structured-mode CloudEvent JSON an endpoint receives for an event, as bytes.
+
+    A structured-mode record is sent as it came: its Kafka value, byte for byte. For a
+    binary-mode record the JSON is assembled in the JVM: one member per ``ce_`` header
+    (the first of a repeated header wins, as in the parser; every extension is kept, as
+    a string), then ``data``: the record's value, which the parser has checked is JSON,
+    spliced in unchanged.
+    """
+    prefix = F.lit(BINARY_PREFIX)
+    binary = F.exists("headers", lambda h: h["key"] == F.lit(f"{BINARY_PREFIX}specversion"))
+    attributes = F.filter(
+        "headers",
+        lambda h, i: F.startswith(h["key"], prefix)
+        & (h["key"] != F.lit(f"{BINARY_PREFIX}data"))
+        & h["value"].isNotNull()
+        & ~F.exists(F.slice("headers", F.lit(1), i), lambda earlier: earlier["key"] == h["key"]),
+    )
+    members = F.to_json(F.map_from_entries(F.transform(
+        attributes,
+        lambda h: F.struct(
+            h["key"].substr(F.lit(len(BINARY_PREFIX) + 1), F.length(h["key"])), h["value"].cast("string"),
+        ),
+    )))
+    assembled = F.concat(
+        members.substr(F.lit(1), F.length(members) - 1), F.lit(',"data":'), F.col("value").cast("string"), F.lit("}"),
+    )
+    return F.when(binary, assembled.cast("binary")).otherwise(F.col("value"))
+
+
+__all__ = [
+    "ENVELOPE_COLUMNS", "ENVELOPE_SCHEMA", "event_body", "parse_events", "quarantine_copy",
+    "quarantine_records", "valid_events",
+]

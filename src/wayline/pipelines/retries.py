@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -40,7 +40,6 @@ from wayline.core.errors import RejectedInput
 from wayline.core.kafka import ensure_topics
 from wayline.core.settings import Settings
 from wayline.delivery.holder import SnapshotHolder
-from wayline.delivery.http_client import transport_for
 from wayline.delivery.metrics import DeliveryMetrics
 from wayline.delivery.operations import OperationsProducer, dead_lettered_events, endpoint_disabled_event
 from wayline.delivery.outcomes import BatchSummary, Tally
@@ -50,7 +49,8 @@ from wayline.delivery.targets import Target, target_of
 from wayline.pipelines.delivery import DELIVERY_CALLER, disable_gone
 from wayline.pipelines.micro_batch import concise_failures
 from wayline.pipelines.sending import TALLY_SCHEMA, task_settings
-from wayline.registry.db import Database, make_engine
+from wayline.pipelines.worker import worker_pool
+from wayline.registry.db import Database
 from wayline.registry.endpoint import EndpointPatch, EndpointService
 from wayline.registry.snapshot import load_snapshot
 
@@ -93,16 +93,12 @@ class ShardDrainer:
         shards = [shard for batch in batches for shard in batch.column("shard").to_pylist()]
         if not shards:
             return
-        engine = make_engine(self._settings.postgres_dsn())
-        try:
-            queue = RetryQueue(engine)
-            tally = Tally()
-            transport = transport_for(self._settings.registry.url_allow_list, self._settings.delivery.http_client)
-            for shard in shards:
-                claims = queue.claim(shard, self._shards, self._claim_limit, self._lease, datetime.now(timezone.utc))
-                tally.merge(run_retry_stage(claims, self._targets.value, queue, transport, self._stage))
-        finally:
-            engine.dispose()
+        pool = worker_pool(self._settings)
+        tally = Tally()
+        for shard in shards:
+            claims = pool.queue.claim(shard, self._shards, self._claim_limit, self._lease, datetime.now(timezone.utc))
+            tally.merge(run_retry_stage(claims, self._targets.value, pool.queue, pool.transport, self._stage,
+                                        run=pool.run))
         yield pa.RecordBatch.from_pylist(tally.rows(), schema=TALLY_SCHEMA)
 
 
@@ -151,7 +147,9 @@ def start_retries(
     producer = OperationsProducer(settings.kafka_bootstrap(), delivery.operations_topic)
     queue = RetryQueue(database.engine)
     for_tasks = task_settings(settings)
-    stage = StageSettings.from_settings(delivery)
+    # The slow endpoints the delivery job cuts as stragglers are this path's work: it waits
+    # for them until the deadline.
+    stage = replace(StageSettings.from_settings(delivery), straggler_cut_s=None)
     lease = timedelta(seconds=delivery.retry_lease_s)
     failing_for = timedelta(seconds=delivery.disable_after_s)
     history_for = timedelta(seconds=delivery.history_retention_s)

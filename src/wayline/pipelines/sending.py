@@ -1,40 +1,60 @@
-"""The send step both delivery queries share: rows of deliveries → signed requests → counts.
+"""The send step both delivery queries share: work rows → signed requests and Kafka records → counts.
 
-A frame of deliveries — one row per request to make, single events and batches alike,
-with the columns of :data:`SEND_SCHEMA` — is repartitioned by endpoint (so one
-endpoint's in-flight and rate limits hold in one task), then ``mapInArrow`` runs one
-delivery stage per task (:func:`~wayline.delivery.stage.run_stage`: one aiohttp
-transport and dispatcher, the stage deadline, the delivery log and retry store written
-by the task itself). The driver receives only a few count rows per (endpoint,
-subscription).
+A frame of work rows — the columns of :data:`WORK_SCHEMA`, as
+:mod:`~wayline.pipelines.routing` makes them (the batching query's ready batches have
+the first five only) — goes through ``mapInArrow``: each task runs one delivery stage
+(:func:`~wayline.delivery.stage.run_stage`: dispatcher, stage deadline, the delivery log
+and retry store written by the task itself) for its ``single`` and ``batch`` rows,
+writes its ``record`` rows (quarantine copies, batch-mode bundles) to Kafka and waits for
+the broker's acknowledgement, and counts everything. It returns one row: its
+:class:`~wayline.delivery.outcomes.BatchSummary`. The transport, database pool and
+producer are the Python worker's (:mod:`~wayline.pipelines.worker`), kept across
+micro-batches.
 
-Why the tasks write the log and the retry store themselves: the retry store keeps each
-undelivered payload, which would otherwise travel to the driver and be written by one
-process. Outcomes are written before the micro-batch commits, so a replay finds them.
+Why the tasks write the log, the retry store and the records themselves: the retry
+store keeps each undelivered payload, which would otherwise travel to the driver and be
+written by one process; and a separate Kafka write would be a second Spark job.
+Outcomes and records are written before the micro-batch commits, so a replay finds them.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from datetime import datetime, timezone
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pydantic import SecretStr
 from pyspark import Broadcast
 from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 
-from wayline.core.settings import DeliverySettings, PostgresSettings, RegistrySettings, Settings
+from wayline.core.kafka import KafkaRecord, produce_all
+from wayline.core.settings import DeliverySettings, KafkaSettings, PostgresSettings, RegistrySettings, Settings
 from wayline.delivery.attempt import Kind, Pending
-from wayline.delivery.http_client import transport_for
-from wayline.delivery.outcomes import Outcome, Tally
+from wayline.delivery.outcomes import BatchSummary, Outcome
 from wayline.delivery.stage import StageSettings, run_stage
-from wayline.delivery.storage.store import PostgresDeliveryStore
 from wayline.delivery.targets import Target
-from wayline.registry.db import make_engine
+from wayline.pipelines.worker import worker_pool
 
-SEND_SCHEMA = "kind string, subscription_id string, endpoint_id string, event_ids array<string>, body binary"
-# The rows of `Tally.rows()`, as each sending task returns them. Arrow is the source of
+_SEND_FIELDS = (
+    ("kind", "string"), ("subscription_id", "string"), ("endpoint_id", "string"), ("event_ids", "array<string>"),
+    ("body", "binary"),
+)
+_WORK_FIELDS = (
+    *_SEND_FIELDS, ("topic", "string"), ("key", "binary"), ("headers", "array<struct<key:string,value:binary>>"),
+    ("reason", "string"), ("events", "int"),
+)
+SEND_SCHEMA = ", ".join(f"{name} {kind}" for name, kind in _SEND_FIELDS)
+WORK_SCHEMA = ", ".join(f"{name} {kind}" for name, kind in _WORK_FIELDS)
+"""A row of work for a sending task, by ``kind``: ``single`` or ``batch`` (a request:
+``body`` to ``endpoint_id``), ``record`` (``body`` as the value of a Kafka record for
+``topic``: a quarantine copy with its ``reason``, or a batch-mode bundle), ``filtered``
+(a valid event no subscription wanted). ``events``: the valid events the row accounts for."""
+SUMMARY_SCHEMA = pa.schema([("summary", pa.binary())])
+# The rows of `Tally.rows()`, as each draining task returns them. Arrow is the source of
 # truth: the tasks build their batches with it and have no JVM to parse a DDL string.
 TALLY_SCHEMA = pa.schema([
     ("endpoint_id", pa.string()),
@@ -45,14 +65,15 @@ TALLY_SCHEMA = pa.schema([
     ("latency_sum_s", pa.float64()),
     ("latency_buckets", pa.list_(pa.int64())),
 ])
+_REQUESTS = pa.array(["single", "batch"])
 
 
 class PartitionSender:
-    """The ``mapInArrow`` step: one task's deliveries → one delivery stage → its tally rows.
+    """The ``mapInArrow`` step: one task's work rows → one delivery stage and its Kafka
+    records → one summary row.
 
-    Holds only picklable values (``settings`` as :func:`task_settings` makes them); the
-    transport, the dispatcher and the database engine are made inside the task and closed
-    before it ends.
+    Holds only picklable values (``settings`` as :func:`task_settings` makes them); what
+    it connects with comes from the worker's pool.
     """
 
     def __init__(self, targets: Broadcast[dict[str, Target]], settings: Settings, stage: StageSettings,
@@ -64,42 +85,93 @@ class PartitionSender:
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         now = datetime.now(timezone.utc)
-        # The HTTP edge: per-row Python is where the rows become signed requests anyway.
-        pendings = [
-            Pending.first(Kind(row["kind"]), row["event_ids"], row["body"], subscription_id=row["subscription_id"],
-                          endpoint_id=row["endpoint_id"], now=now)
-            for batch in batches
-            for row in batch.to_pylist()
-        ]
-        if not pendings:
+        summary = BatchSummary()
+        pendings: list[Pending] = []
+        records: list[KafkaRecord] = []
+        for batch in batches:
+            pendings += _pendings(batch, now)
+            records += _count_records(batch, summary)
+        if not (pendings or records or summary.events):
             return
-        engine = make_engine(self._settings.postgres_dsn())
-        try:
-            tally = run_stage(
-                pendings, self._targets.value, PostgresDeliveryStore(engine),
-                transport_for(self._settings.registry.url_allow_list, self._settings.delivery.http_client), self._stage,
-                failing=self._failing,
-            )
-        finally:
-            engine.dispose()
-        yield pa.RecordBatch.from_pylist(tally.rows(), schema=TALLY_SCHEMA)
+        pool = worker_pool(self._settings)
+        started = time.perf_counter()
+        if records:
+            # Acknowledged before the stage: a quarantine copy or bundle is never lost to a failed send.
+            produce_all(pool.producer, records)
+            summary.phase_seconds["records"] += time.perf_counter() - started
+        if pendings:
+            started = time.perf_counter()
+            summary.deliveries = run_stage(pendings, self._targets.value, pool.store, pool.transport, self._stage,
+                                           failing=self._failing, run=pool.run)
+            summary.phase_seconds["send"] += time.perf_counter() - started
+        yield pa.RecordBatch.from_pylist([{"summary": summary.to_json()}], schema=SUMMARY_SCHEMA)
+
+
+def _pendings(batch: pa.RecordBatch, now: datetime) -> list[Pending]:
+    # The HTTP edge: per-row Python is where the rows become signed requests anyway.
+    requests = batch.filter(pc.is_in(batch.column("kind"), _REQUESTS))
+    return [
+        Pending.first(Kind(row["kind"]), row["event_ids"], row["body"], subscription_id=row["subscription_id"],
+                      endpoint_id=row["endpoint_id"], now=now)
+        for row in requests.select(["kind", "subscription_id", "endpoint_id", "event_ids", "body"]).to_pylist()
+    ]
+
+
+def _count_records(batch: pa.RecordBatch, summary: BatchSummary) -> list[KafkaRecord]:
+    """Add ``batch``'s counts to ``summary``; its Kafka records to write."""
+    kinds = batch.column("kind")
+    summary.events += pc.sum(batch.column("events")).as_py() or 0
+    summary.filtered += pc.sum(pc.equal(kinds, "filtered")).as_py() or 0
+    records = batch.filter(pc.equal(kinds, "record"))
+    written = []
+    for row in records.select(["topic", "key", "body", "headers", "reason", "event_ids"]).to_pylist():
+        if row["reason"] is None:
+            summary.held += len(row["event_ids"])
+        else:
+            summary.quarantined[row["reason"]] += 1
+        written.append(KafkaRecord(row["topic"], row["key"], row["body"],
+                                   [(h["key"], h["value"]) for h in row["headers"] or ()]))
+    return written
 
 
 def task_settings(settings: Settings) -> Settings:
-    """What the sending tasks get of the settings: the database address, resolved here on
-    the driver (executors have no local stack file), the URL allow-list their transports
-    enforce at connect time, and which HTTP client sends; nothing else — no encryption keys."""
+    """What the sending tasks get of the settings: the database and broker addresses,
+    resolved here on the driver (executors have no local stack file), the URL allow-list
+    their transports enforce at connect time, and which HTTP client sends; nothing else —
+    no encryption keys."""
     return Settings.model_construct(
         postgres=PostgresSettings(dsn=SecretStr(settings.postgres_dsn())),
+        kafka=KafkaSettings(bootstrap_servers=settings.kafka_bootstrap()),
         registry=RegistrySettings(url_allow_list=settings.registry.url_allow_list),
         delivery=DeliverySettings(http_client=settings.delivery.http_client),
     )
 
 
-def send(deliveries: DataFrame, sender: PartitionSender, partitions: int) -> Tally:
-    """Make every request ``deliveries`` holds (columns of :data:`SEND_SCHEMA`); what happened, in counts."""
-    sent = deliveries.repartition(partitions, "endpoint_id").mapInArrow(sender, from_arrow_schema(TALLY_SCHEMA))
-    return Tally.from_rows(row.asDict() for row in sent.collect())
+def as_work(frame: DataFrame) -> DataFrame:
+    """``frame`` with every column of :data:`WORK_SCHEMA`, those it lacks as NULL."""
+    have = set(frame.columns)
+    return frame.select(*(F.col(name) if name in have else F.lit(None).cast(kind).alias(name)
+                          for name, kind in _WORK_FIELDS))
 
 
-__all__ = ["SEND_SCHEMA", "TALLY_SCHEMA", "PartitionSender", "send", "task_settings"]
+def send(work: DataFrame, sender: PartitionSender, partitions: int | None = None) -> BatchSummary:
+    """Do the work ``work`` holds (see :data:`WORK_SCHEMA`); what happened, in counts.
+    With ``partitions``, repartition by endpoint first (so one endpoint's in-flight and
+    rate limits hold in one task); without, ``work`` is partitioned already."""
+    # Adaptive execution runs every shuffle and broadcast of the plan as a Spark job of its
+    # own (six per micro-batch, measured); this plan's partitioning is fixed, so it gains
+    # nothing. The setting holds for this query's session only (a streaming query's
+    # micro-batches run in a clone of the job's session).
+    work.sparkSession.conf.set("spark.sql.adaptive.enabled", "false")
+    if partitions is not None:
+        work = work.repartition(partitions, "endpoint_id")
+    done = as_work(work).mapInArrow(sender, from_arrow_schema(SUMMARY_SCHEMA))
+    summary = BatchSummary()
+    for row in done.collect():
+        summary.merge(BatchSummary.from_json(row["summary"]))
+    return summary
+
+
+__all__ = [
+    "SEND_SCHEMA", "SUMMARY_SCHEMA", "TALLY_SCHEMA", "WORK_SCHEMA", "PartitionSender", "as_work", "send", "task_settings",
+]

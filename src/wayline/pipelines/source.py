@@ -18,16 +18,18 @@ def event_topic_pattern(settings: Settings) -> str:
     return "^" + re.escape(settings.kafka.event_topic_prefix) + ".*"
 
 
-def read_kafka(spark: SparkSession, settings: Settings, pattern: str | None = None) -> DataFrame:
+def read_kafka(spark: SparkSession, settings: Settings, pattern: str | None = None,
+               max_offsets_per_trigger: int | None = None) -> DataFrame:
     """A streaming DataFrame of raw Kafka records from the topics matching ``pattern`` (default:
-    every event topic); offsets live in the query's checkpoint."""
+    every event topic), at most ``max_offsets_per_trigger`` per micro-batch (default:
+    ``kafka.max_offsets_per_trigger``); offsets live in the query's checkpoint."""
     return (
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", settings.kafka_bootstrap())
         .option("subscribePattern", pattern or event_topic_pattern(settings))
         .option("startingOffsets", settings.kafka.starting_offsets)
         # Back-pressure: a burst is worked off in bounded micro-batches, not all at once.
-        .option("maxOffsetsPerTrigger", settings.kafka.max_offsets_per_trigger)
+        .option("maxOffsetsPerTrigger", max_offsets_per_trigger or settings.kafka.max_offsets_per_trigger)
         .option("includeHeaders", "true")
         .option("kafka.fetch.max.wait.ms", settings.kafka.fetch_max_wait_ms)
         .load()

@@ -25,6 +25,7 @@ finds endpoints whose retries have failed for too long.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -39,7 +40,7 @@ from wayline.core.errors import RetryLater
 from wayline.delivery.attempt import DeadLettered, Gone, Kind, Pending, State, Succeeded, WillRetry
 from wayline.delivery.outcomes import Tally
 from wayline.delivery.retry import HeldBack, Random
-from wayline.delivery.stage import Blocked, StageSettings, TransportFactory, abandon, attempt_all, utc_now
+from wayline.delivery.stage import Blocked, Run, StageSettings, TransportFactory, abandon, attempt_all, utc_now
 from wayline.delivery.storage.store import (
     MAX_ERROR_CHARS,
     AttemptLogEntry,
@@ -294,6 +295,7 @@ def run_retry_stage(
     *,
     clock: Callable[[], datetime] = utc_now,
     rng: Random | None = None,
+    run: Run[list[State]] = asyncio.run,
 ) -> Tally:
     """Attempt the claimed deliveries once more and settle them as they finish; what happened, in counts.
 
@@ -309,7 +311,7 @@ def run_retry_stage(
         queue.settle(claims, unsent, clock())
     todo = [p for p in pendings if p.subscription_id not in gone]
     states = unsent + (attempt_all(todo, targets, transport, settings,
-                                   lambda batch: queue.settle(claims, batch, clock()), clock=clock, rng=rng)
+                                   lambda batch: queue.settle(claims, batch, clock()), clock=clock, rng=rng, run=run)
                        if todo else [])
     for state in states:
         tally.settled(state)

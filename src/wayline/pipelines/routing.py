@@ -1,0 +1,96 @@
+"""One pass over a delivery micro-batch: every Kafka record → the work it makes, in one Spark job.
+
+Per record, in the JVM: parse it (:mod:`~wayline.pipelines.envelope`), look up its
+subscriptions (:mod:`~wayline.pipelines.matching`) and turn it into work rows
+(:data:`~wayline.pipelines.sending.WORK_SCHEMA`):
+
+- a bad record: one ``record`` row, its quarantine copy;
+- a valid event no subscription wants: one ``filtered`` row;
+- a valid event: one row per subscription — a ``single`` request in streaming mode; in
+  batch mode a pair, cut into ``batch`` requests and bundle ``record`` rows per
+  (subscription, shard) by :func:`~wayline.pipelines.batching.batch_work`.
+
+An event's first row carries ``events = 1``, so the tasks' counts add up to the
+micro-batch's without a pass of their own.
+
+Every row is hash-partitioned by endpoint once. Streaming rows go from that shuffle
+straight to the sending tasks; batch-mode pairs are grouped from the same shuffle (their
+grouping includes the endpoint, so Spark adds no second exchange, and reuses the first
+for both branches). Both meet in one ``mapInArrow`` (:func:`~wayline.pipelines.sending.send`),
+whose collect is the micro-batch's only Spark job. Rows without an endpoint (filtered
+events, quarantine copies) share one task; they cost only a count or a Kafka write.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from wayline.core.settings import Settings
+from wayline.delivery.bucket import Source
+from wayline.pipelines.batching import batch_work
+from wayline.pipelines.envelope import event_body, parse_events, quarantine_copy
+from wayline.pipelines.live_snapshot import BATCH, LiveSnapshot
+from wayline.pipelines.matching import with_subscriptions
+
+_PAIR = "pair"  # a batch-mode (event, subscription) before it is cut into chunks
+_UNIT_FIELDS = (
+    ("kind", "string"), ("subscription_id", "string"), ("endpoint_id", "string"), ("max_count", "int"),
+    ("max_wait_ms", "int"), ("event_id", "string"), ("body", "binary"), ("topic", "string"), ("key", "binary"),
+    ("headers", "array<struct<key:string,value:binary>>"), ("reason", "string"), ("events", "int"),
+)
+
+
+def _unit(**values: Column) -> Column:
+    """One work unit of a record, every field typed (NULL where not given), so the
+    branches of a record's units share one type."""
+    return F.struct(*(values.get(name, F.lit(None)).cast(kind).alias(name) for name, kind in _UNIT_FIELDS))
+
+
+def work_rows(batch: DataFrame, live: LiveSnapshot, settings: Settings) -> DataFrame:
+    """Each record of ``batch`` (the Kafka source's columns) as its work units, one row each."""
+    parsed = parse_events(batch, max_bytes=settings.envelope.max_bytes)
+    valid = F.col("reason").isNull()
+    matched = with_subscriptions(parsed.select("*", F.when(valid, event_body()).alias("_body")), live.keys,
+                                 live.snapshot)
+    copy = quarantine_copy(settings.kafka.quarantine_topic, settings.kafka.quarantine_max_bytes)
+    quarantined = _unit(kind=F.lit("record"), topic=copy["topic"], key=copy["key"], body=copy["value"],
+                        headers=copy["headers"], reason=F.col("reason"))
+    filtered = _unit(kind=F.lit("filtered"), events=F.lit(1))
+
+    def pair(route: Column, position: Column) -> Column:
+        return _unit(
+            kind=F.when(route["mode"] == F.lit(BATCH), F.lit(_PAIR)).otherwise(F.lit("single")),
+            subscription_id=route["subscription_id"], endpoint_id=route["endpoint_id"],
+            max_count=route["max_count"], max_wait_ms=route["max_wait_ms"], event_id=F.col("id"),
+            body=F.col("_body"), events=(position == 0).cast("int"),
+        )
+
+    units = (
+        F.when(~valid, F.array(quarantined))
+        .when(F.size("subscriptions") == 0, F.array(filtered))
+        .otherwise(F.transform("subscriptions", pair))
+    )
+    return matched.select(F.explode(units).alias("unit")).select("unit.*")
+
+
+def micro_batch_work(batch: DataFrame, live: LiveSnapshot, settings: Settings, source: Source) -> DataFrame:
+    """Every work row of a micro-batch, partitioned by endpoint for the sending tasks."""
+    delivery = settings.delivery
+    # One task per core before the shuffle, not one per Kafka partition: hundreds of tiny
+    # tasks cost more than the work itself.
+    units = work_rows(batch.coalesce(batch.sparkSession.sparkContext.defaultParallelism), live, settings)
+    shuffled = units.repartition(delivery.send_partitions, "endpoint_id")
+    direct = shuffled.where(F.col("kind") != F.lit(_PAIR)).select(
+        "kind", "subscription_id", "endpoint_id",
+        F.when(F.col("kind") == F.lit("single"), F.array("event_id")).alias("event_ids"),
+        "body", "topic", "key", "headers", "reason", "events",
+    )
+    if not live.has_batch:
+        return direct
+    pairs = shuffled.where(F.col("kind") == F.lit(_PAIR))
+    return direct.unionByName(batch_work(pairs, delivery.batch_shards, delivery.batch_topic, source),
+                              allowMissingColumns=True)
+
+
+__all__ = ["micro_batch_work", "work_rows"]
