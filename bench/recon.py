@@ -106,7 +106,13 @@ class Progress:
     def summary(self, records: int) -> dict[str, Any]:
         busy = [p for p in self.by_batch.values() if p["numInputRows"] > 0]
         seconds = sum(p["durationMs"]["triggerExecution"] for p in busy) / 1000
-        return {"rate": records / seconds, "seconds": seconds, "batches": len(busy)}
+        states = [(p.get("stateOperators") or [{}])[0] for p in busy]
+        return {"rate": records / seconds, "seconds": seconds, "batches": len(busy),
+                # Where a micro-batch's time went: Spark's phases, and the state store's own share.
+                "phases_s": {phase: sum(p["durationMs"].get(phase, 0) for p in busy) / 1000
+                             for phase in ("addBatch", "queryPlanning", "walCommit", "commitOffsets", "latestOffset")},
+                "state_commit_s": sum(s.get("commitTimeMs", 0) for s in states) / 1000,
+                "state_updates_s": sum(s.get("allUpdatesTimeMs", 0) for s in states) / 1000}
 
 
 def wait_for(query, progress: Progress, records: int, timeout: float = 1800) -> None:

@@ -99,8 +99,11 @@ def rules_job(wiring: Wired, control: ControlTopic) -> RulesJob:
 
 
 def recon_job(wiring: Wired) -> ReconJob:
+    """The recon job over every enabled reconciliation, the delivery self-audit among them."""
     from wayline.pipelines.recon import ReconJob
+    from wayline.recon import self_audit
 
+    self_audit.ensure(wiring.database, wiring.settings)
     return ReconJob(wiring.spark, wiring.settings, wiring.database, wiring.settings.checkpoint_root / "recon").start()
 
 

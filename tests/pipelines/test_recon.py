@@ -27,8 +27,9 @@ from typing import Any
 
 import orjson
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
 
+from tests.recon.streams import caught_up, end_offsets, read_all
 from wayline.core.kafka import ensure_topics
 from wayline.core.settings import Settings
 
@@ -116,53 +117,6 @@ class Run:
     restarts: int = 0
 
 
-def _end_offsets(bootstrap: str, topics: list[str]) -> dict[str, dict[str, int]]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"recon-offsets-{time.time_ns()}"})
-    try:
-        out = {}
-        for topic in topics:
-            partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-            out[topic] = {str(p): consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
-                          for p in partitions}
-        return out
-    finally:
-        consumer.close()
-
-
-def _caught_up(job, ends: dict[str, dict[str, int]], timeout: float = 300) -> None:
-    """Wait until a finished micro-batch has read every topic to ``ends``."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert job.exception() is None, job.exception()
-        progress = job.query.lastProgress if job.query is not None else None
-        if progress is not None:
-            read = progress["sources"][0]["endOffset"]
-            read = orjson.loads(read) if isinstance(read, str) else read
-            if all(read.get(topic, {}).get(p, -1) >= end for topic, parts in ends.items() for p, end in parts.items()):
-                return
-        time.sleep(0.2)
-    raise AssertionError(f"the recon query did not catch up with {ends}")
-
-
-def _read_all(bootstrap: str, topic: str) -> list[dict[str, Any]]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"recon-test-{time.time_ns()}",
-                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
-    consumer.subscribe([topic])
-    out, idle = [], 0
-    try:
-        while idle < 3:
-            message = consumer.poll(1.0)
-            if message is None:
-                idle += 1
-                continue
-            if not message.error():
-                idle = 0
-                out.append(orjson.loads(message.value()))
-    finally:
-        consumer.close()
-    return out
-
-
 @pytest.fixture(scope="module")
 def run(settings: Settings, spark, database, admin_api: str, admin_key: str, tmp_path_factory) -> Iterator[Run]:
     import httpx
@@ -205,7 +159,7 @@ def run(settings: Settings, spark, database, admin_api: str, admin_key: str, tmp
                 for value in event_records:
                     producer.produce(topics[name][1], value=value)
             assert producer.flush(30) == 0
-            _caught_up(job, _end_offsets(bootstrap, inputs))
+            caught_up(job, end_offsets(bootstrap, inputs))
         # A reconciliation created while the job runs: the query restarts on its checkpoint.
         added = (f"{prefix}.added.audit", f"{prefix}.added.events")
         ensure_topics(bootstrap, list(added), 2)
@@ -222,12 +176,12 @@ def run(settings: Settings, spark, database, admin_api: str, admin_key: str, tmp
         producer.produce(added[0], value=actual("x1", 1))  # an audit record read by its attributes
         producer.produce(added[1], value=heartbeat(200))
         assert producer.flush(30) == 0
-        _caught_up(job, _end_offsets(bootstrap, [*inputs, *added]))
+        caught_up(job, end_offsets(bootstrap, [*inputs, *added]))
         result.restarts = job.counters.restarts
         # The stalled stream got nothing since act 1: its missing comes from processing time.
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            events = _read_all(bootstrap, output)
+            events = read_all(bootstrap, output)
             if any(e["data"]["reconciliation_id"] == result.ids["stalled"] for e in events):
                 break
     finally:
@@ -235,7 +189,7 @@ def run(settings: Settings, spark, database, admin_api: str, admin_key: str, tmp
         producer.close()
     assert job.exception() is None
     by_recon = {recon_id: name for name, recon_id in result.ids.items()}
-    for event in _read_all(bootstrap, output):
+    for event in read_all(bootstrap, output):
         result.events[by_recon[event["data"]["reconciliation_id"]]].append(event)
     with database.transaction() as session:
         for name, recon_id in result.ids.items():

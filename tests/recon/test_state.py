@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pickle
+
 from wayline.recon.periods import Periods
 from wayline.recon.state import Bucket, Counts, Record
 
@@ -117,3 +119,39 @@ def test_figures_go_to_the_expected_ids_window_and_source() -> None:
     events, totals = run(Bucket(PERIODS), [exp("a", 59, "s1"), exp("b", 61, "s2"), act("a", 62, "s9")], [beat(200)])
     assert events == [("missing", "b")]
     assert totals == {("s1", W0): Counts(expected=1, matched=1), ("s2", 60 * S): Counts(expected=1, missing=1)}
+
+
+def _stored(bucket: Bucket, store: dict) -> Bucket:
+    """What the job does between micro-batches: write the changed chunks, rebuild from the store."""
+    for number, chunk in bucket.take_changed().items():
+        if chunk is None:
+            store.pop(number, None)
+        else:
+            store[number] = pickle.dumps(chunk)
+    return Bucket.restore(bucket.periods, bucket.clock, bucket.moved_at, (pickle.loads(b) for b in store.values()))
+
+
+def test_a_bucket_rebuilt_from_its_chunks_after_every_batch_decides_the_same() -> None:
+    batches = [[exp("a", 1), exp("b", 2), act("b", 3), exp("c", 70)], [beat(30)], [act("a", 40), act("a", 41)],
+               [exp("d", 130), act("c", 71)], [beat(300)], [act("d", 131)]]
+    live = Bucket(PERIODS)
+    expected = run(live, *batches)
+    store: dict = {}
+    rebuilt, events, totals = Bucket(PERIODS), [], {}
+    for batch in batches:
+        more_events, more_totals = run(rebuilt, batch)
+        events += more_events
+        for key, counts in more_totals.items():
+            totals.setdefault(key, Counts()).add(counts)
+        rebuilt = _stored(rebuilt, store)
+    assert (events, totals) == expected
+    assert expected[0] == [("missing", "a"), ("found", "a"), ("missing", "d")]
+    assert (rebuilt.size, store) == (live.size, {})  # past m everything is dropped, chunks too
+
+
+def test_a_batch_changes_only_the_chunks_it_touches() -> None:
+    bucket = Bucket(PERIODS)
+    bucket.process([exp(f"e{t}", t) for t in range(0, 300, 5)], now=0)  # watermark 285: 0..215 expired
+    assert sorted(bucket.take_changed()) == [0, 1, 2, 3, 4]
+    bucket.process([exp("late", 290), act("e280", 281)], now=0)
+    assert sorted(bucket.take_changed()) == [4]

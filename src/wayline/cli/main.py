@@ -81,7 +81,8 @@ def down() -> None:
 @app.command()
 @guarded
 def status() -> None:
-    """Show the local stack's addresses and whether its processes run."""
+    """Show the local stack's addresses, whether its processes run, and the delivery self-audit."""
+    from wayline.cli.recon import self_audit_view
     from wayline.cli.views import stack_table
 
     state = local.read_state(Settings())
@@ -91,6 +92,7 @@ def status() -> None:
     console.print(stack_table(state))
     if not all(state.alive.values()):
         raise typer.Exit(1)
+    console.print(self_audit_view(Settings()))
 
 
 @app.command()
@@ -150,10 +152,12 @@ def run_inspect() -> None:
 
 def _watch_delivery(settings: Settings, receiver: Receiver | None = None,
                     stop_when: Callable[[], bool] = lambda: False, *, retries: bool = False,
-                    on_running: Callable[[], None] = lambda: None) -> None:
+                    self_audit: bool = False, on_running: Callable[[], None] = lambda: None) -> None:
     """Run the delivery job with a live view until Ctrl-C (or ``stop_when``); with a local
     ``receiver``, the view shows what each of its endpoints got. With ``retries``, the retry
-    query runs beside it in the same Spark session (counted in the same metrics).
+    query runs beside it in the same Spark session (counted in the same metrics); with
+    ``self_audit``, the recon job too (every enabled reconciliation, the delivery self-audit
+    among them: `wayline status` shows its completeness).
     ``on_running`` is called once the queries run, before the view starts."""
     from wayline.cli.views import delivery_view
     from wayline.delivery.metrics import DeliveryMetrics
@@ -172,15 +176,20 @@ def _watch_delivery(settings: Settings, receiver: Receiver | None = None,
                                  receiver.stats() if receiver else {})
 
         retry_query = compose.retry_query(wiring, metrics) if retries else None
+        recon = compose.recon_job(wiring) if self_audit else None
         on_running()
         try:
             watch(job, view, "delivery job",
-                  lambda: stop_when() or (retry_query is not None and not retry_query.isActive))
-            if retry_query is not None and retry_query.exception() is not None:
-                raise WaylineError(f"the retry query failed: {retry_query.exception()}")
+                  lambda: stop_when() or (retry_query is not None and not retry_query.isActive)
+                  or (recon is not None and not recon.isActive))
+            for name, side in (("retry query", retry_query), ("recon job", recon)):
+                if side is not None and side.exception() is not None:
+                    raise WaylineError(f"the {name} failed: {side.exception()}")
         finally:
             if retry_query is not None:
                 retry_query.stop()
+            if recon is not None:
+                recon.stop()
 
 
 @run_app.command("delivery")
@@ -315,7 +324,8 @@ def demo(
     bad_fraction: Annotated[float, typer.Option(help="share of broken records")] = 0.01,
 ) -> None:
     """Start the stack, seed sample subscriptions, produce a stream and deliver it to a local
-    receiver that checks every signature. Ctrl-C stops all."""
+    receiver that checks every signature, with the delivery self-audit (recon job) beside it:
+    `wayline status` shows its completeness. Ctrl-C stops all."""
     from wayline.registry.endpoint import EndpointService
     from wayline.stack.receiver import Receiver, ReceiverServer
     from wayline.stack.seed import seed
@@ -348,7 +358,7 @@ def demo(
         # Events start once the job runs: a backlog built while Spark starts would make the
         # first look at the latencies a look at that backlog.
         _watch_delivery(settings, receiver.receiver, stop_when=lambda: bool(failures), retries=True,
-                        on_running=producer.start)
+                        self_audit=True, on_running=producer.start)
     finally:
         stop.set()
         if producer.is_alive():

@@ -7,6 +7,7 @@ from datetime import timedelta
 from typing import Annotated
 
 import typer
+from rich.console import RenderableType
 from rich.table import Table
 
 from wayline import compose
@@ -14,6 +15,7 @@ from wayline.cli.output import console, guarded, job_log_file, watch
 from wayline.cli.registry import Limit, registry, show
 from wayline.core.settings import Settings
 from wayline.recon import reconciliation
+from wayline.recon.events import iso
 from wayline.registry.access import ADMIN
 from wayline.stack.logs import job_log
 
@@ -119,7 +121,6 @@ def recon_status(
     """Completeness per source and window, the watermark, and the ids missing now."""
     from wayline.api.routers.reconciliations import window_out
     from wayline.recon import store
-    from wayline.recon.events import iso
 
     with registry() as (session, _):
         found = reconciliation.get(session, ADMIN, reconciliation_id)
@@ -139,6 +140,26 @@ def recon_status(
     console.print(table)
     for row in ids:
         console.print(f"  missing {row['id']} ({row['source']}, {row['expected_time'].isoformat()})")
+
+
+def self_audit_view(settings: Settings, windows: int = 5) -> RenderableType:
+    """The delivery self-audit's newest windows: did every consumed record reach exactly one outcome?"""
+    from wayline.recon import self_audit, store
+
+    with compose.database(settings) as database, database.transaction() as session:
+        recon_id = self_audit.find(session)
+        if recon_id is None:
+            return "delivery self-audit: not set up (`wayline run recon` or `make demo` sets it up)"
+        shown = store.windows(session, recon_id, windows)
+        count = store.missing_count(session, recon_id)
+    table = Table(title=f"delivery self-audit ({self_audit.NAME}): {count} records without an outcome now")
+    for column in ("topic", "window_start", "consumed", "outcomes", "completeness", "duplicates", "revision"):
+        table.add_column(column)
+    for window in shown:
+        table.add_row(window.source, iso(window.window_start), str(window.counts.expected),
+                      str(window.counts.matched), f"{window.completeness:g} %", str(window.counts.duplicates),
+                      str(window.revision) if window.revision else "open")
+    return table
 
 
 def watch_recon(settings: Settings) -> None:
@@ -161,4 +182,4 @@ def watch_recon(settings: Settings) -> None:
                 watch(job, view, "recon job")
 
 
-__all__ = ["recon_app", "watch_recon"]
+__all__ = ["recon_app", "self_audit_view", "watch_recon"]

@@ -306,6 +306,20 @@ class ReconSettings(_Section):
     )
 
 
+class AuditSettings(_Section):
+    """The delivery self-audit: what the delivery job writes, and the built-in reconciliation over it."""
+
+    consumed_topic: str = Field(
+        default="wayline.audit.consumed", description="one CloudEvent per Kafka record the delivery job consumed"
+    )
+    outcomes_topic: str = Field(
+        default="wayline.audit.outcomes", description="one CloudEvent per consumed record's final outcome"
+    )
+    o_s: float = Field(default=60.0, gt=0, description="the self-audit's metrics interval")
+    n_s: float = Field(default=60.0, gt=0, description="a consumed record with no outcome this long after is missing")
+    z_s: float = Field(default=300.0, gt=0, description="processing time a stalled self-audit watermark waits")
+
+
 class StackSettings(_Section):
     broker_jars_dir: Path = Field(default_factory=lambda: _in_checkout("jars", "broker"))
     broker_heap: str = "1g"
@@ -343,6 +357,7 @@ class Settings(BaseSettings):
     rules: RulesSettings = RulesSettings()
     messaging: MessagingSettings = MessagingSettings()
     recon: ReconSettings = ReconSettings()
+    audit: AuditSettings = AuditSettings()
     cluster: ClusterSettings = ClusterSettings()
 
     @classmethod
@@ -406,6 +421,7 @@ __all__ = [
     "DEFAULT_RETRY_JITTER",
     "DEFAULT_RETRY_SCHEDULE_S",
     "ApiSettings",
+    "AuditSettings",
     "ClusterSettings",
     "CONFIG_FILE_ENV",
     "DeliverySettings",

@@ -7,7 +7,8 @@ The query::
          Spark SQL expressions (CloudEvents attributes or data.* paths); heartbeats once per bucket
       -> ONE shuffle by (reconciliation, bucket = hash(id) % recon.buckets)
       -> transformWithStateInPandas (processing-time mode) -> ReconProcessor: one
-         ``wayline.recon.state.Bucket`` per key, pickled into one value per key
+         ``wayline.recon.state.Bucket`` per key, live in its Python worker, stored by chunk
+         of event time (only the chunks a micro-batch changed are written)
       -> foreachBatch: ONE Spark job collects the changes; the driver writes the missing,
          found and metrics events (confluent-kafka) and applies the changes to PostgreSQL,
          guarded by the micro-batch id (``wayline.recon.store``).
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import logging
 import pickle
+import random
 import re
 import threading
 import time
@@ -59,7 +61,7 @@ from wayline.recon import store
 from wayline.recon.events import id_event, metrics_event
 from wayline.recon.periods import Periods
 from wayline.recon.reconciliation import SideIn
-from wayline.recon.state import COUNT_NAMES, Bucket, Counts, Emitted, Record, Step
+from wayline.recon.state import COUNT_NAMES, SIDE_ORDER, Bucket, Counts, Emitted, Step
 from wayline.registry.db import Database
 
 log = logging.getLogger(__name__)
@@ -76,8 +78,13 @@ OUTPUT_SCHEMA = StructType([
     StructField("watermark", LongType()),
     *(StructField(name, LongType()) for name in COUNT_NAMES),
 ])
-_STATE_SCHEMA = StructType([StructField("blob", BinaryType())])
-_TIMER_SCHEMA = StructType([StructField("at", LongType())])
+# The stored bucket: its clock and the timer registered for it (with the token of the
+# chunks as last written), and its ids by chunk of event time.
+_META_SCHEMA = StructType([StructField("token", LongType()), StructField("clock", LongType()),
+                           StructField("moved_at", LongType()), StructField("timer", LongType())])
+_CHUNK_KEY_SCHEMA = StructType([StructField("chunk", LongType())])
+_CHUNK_SCHEMA = StructType([StructField("blob", BinaryType())])
+
 
 
 @dataclass(frozen=True)
@@ -169,56 +176,83 @@ def routed_records(events: DataFrame, specs: Sequence[ReconSpec], heartbeat_type
 
 
 class ReconProcessor(StatefulProcessor):
-    """One key is (reconciliation, bucket); its state is one pickled :class:`Bucket`."""
+    """One key is (reconciliation, bucket); its state is a :class:`Bucket` stored by chunk of event time.
+
+    A Python worker keeps each key's bucket live between micro-batches, as the rules engine
+    keeps its evaluators: the stored meta carries a random token, rewritten with the state;
+    a worker whose cached bucket has the stored token uses it, any other worker (or the same
+    one after a failed or replayed micro-batch, whose state the store rolled back) rebuilds
+    it from the stored chunks. Only the chunks a micro-batch changed are written back.
+    """
+
+    # (reconciliation, bucket) -> (token of the state it was last written as, the bucket); one
+    # per Python worker, shared by the tasks the worker runs one after another.
+    _live: dict[tuple[str, int], tuple[int, Bucket]] = {}
 
     def __init__(self, periods: dict[str, Periods]) -> None:
         self._periods = periods
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self._handle = handle
-        self._state = handle.getValueState("bucket", _STATE_SCHEMA)
-        self._timer = handle.getValueState("timer", _TIMER_SCHEMA)
+        self._meta = handle.getValueState("meta", _META_SCHEMA)
+        self._chunks = handle.getMapState("chunks", _CHUNK_KEY_SCHEMA, _CHUNK_SCHEMA)
 
     def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any) -> Iterator[pd.DataFrame]:
         frame = pd.concat(list(rows), ignore_index=True)
-        records = [Record(side, id_, source, int(time_)) for side, id_, source, time_ in zip(
-            frame["side"].tolist(), frame["id"].tolist(), frame["source"].tolist(), frame["time"].tolist(),
-            strict=True)]
-        yield self._step(key[0], records, timerValues.getCurrentProcessingTimeInMs())
+        # The reconciler takes records in (time, side, id) order: sorted here, column-wise.
+        frame = frame.assign(order=frame["side"].map(SIDE_ORDER)).sort_values(["time", "order", "id"])
+        yield self._step((key[0], int(key[1])), (frame["side"].tolist(), frame["id"].tolist(),
+                                                 frame["source"].tolist(), frame["time"].tolist()),
+                         timerValues.getCurrentProcessingTimeInMs())
 
     def handleExpiredTimer(self, key: Any, timerValues: Any, expiredTimerInfo: Any) -> Iterator[pd.DataFrame]:
-        self._timer.clear()  # Spark removed the timer that fired
-        yield self._step(key[0], [], timerValues.getCurrentProcessingTimeInMs())
+        yield self._step((key[0], int(key[1])), ([], [], [], []), timerValues.getCurrentProcessingTimeInMs(),
+                         fired=True)
 
     def close(self) -> None:
         pass
 
-    def _step(self, recon_id: str, records: list[Record], now: int) -> pd.DataFrame:
+    def _bucket(self, group: tuple[str, int], meta: tuple | None, periods: Periods) -> Bucket:
+        # Taken out while in use: a task that fails half-way leaves no half-changed bucket behind.
+        cached = self._live.pop(group, None)
+        if meta is not None and cached is not None and cached[0] == meta[0]:
+            cached[1].periods = periods
+            return cached[1]
+        if meta is None:
+            return Bucket(periods)
+        return Bucket.restore(periods, meta[1], meta[2], (pickle.loads(value[0]) for value in self._chunks.values()))
+
+    def _step(self, group: tuple[str, int], columns: tuple[list, list, list, list], now: int,
+              fired: bool = False) -> pd.DataFrame:
+        recon_id = group[0]
+        meta = self._meta.get()
+        timer = None if fired or meta is None else meta[3]  # Spark removed a timer that fired
         periods = self._periods.get(recon_id)
         if periods is None:  # the reconciliation was removed or disabled: so is its state
-            self._state.clear()
-            self._clear_timer()
+            if timer is not None:
+                self._handle.deleteTimer(timer)
+            self._meta.clear()
+            self._chunks.clear()
+            self._live.pop(group, None)
             return _frame([])
-        stored = self._state.get()
-        bucket: Bucket = pickle.loads(stored[0]) if stored is not None else Bucket(periods)
-        bucket.periods = periods
-        step = bucket.process(records, now)
-        if bucket.size or bucket.clock is not None:
-            self._state.update((pickle.dumps(bucket, protocol=pickle.HIGHEST_PROTOCOL),))
+        bucket = self._bucket(group, meta, periods)
+        step = bucket.process_sorted(*columns, now)
+        for number, chunk in bucket.take_changed().items():
+            if chunk is None:
+                self._chunks.removeKey((number,))
+            else:
+                self._chunks.updateValue((number,), (pickle.dumps(chunk, protocol=pickle.HIGHEST_PROTOCOL),))
         wake = bucket.wake_at
-        timer = self._timer.get()
-        if (timer[0] if timer is not None else None) != wake:
-            self._clear_timer()
+        if wake != timer:
+            if timer is not None:
+                self._handle.deleteTimer(timer)
             if wake is not None:
                 self._handle.registerTimer(wake)
-                self._timer.update((wake,))
+        if bucket.size or bucket.clock is not None:
+            token = random.getrandbits(63)
+            self._meta.update((token, bucket.clock, bucket.moved_at, wake))
+            self._live[group] = (token, bucket)
         return _frame(_rows(recon_id, step))
-
-    def _clear_timer(self) -> None:
-        timer = self._timer.get()
-        if timer is not None:
-            self._handle.deleteTimer(timer[0])
-            self._timer.clear()
 
 
 def _rows(recon_id: str, step: Step) -> list[tuple[Any, ...]]:

@@ -1,0 +1,60 @@
+"""Helpers for tests that run the recon job on the real broker: where the topics end, waiting
+for the query to read that far, and reading an output topic back whole."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import orjson
+from confluent_kafka import Consumer, TopicPartition
+
+
+def end_offsets(bootstrap: str, topics: list[str]) -> dict[str, dict[str, int]]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"recon-offsets-{time.time_ns()}"})
+    try:
+        out = {}
+        for topic in topics:
+            partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+            out[topic] = {str(p): consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                          for p in partitions}
+        return out
+    finally:
+        consumer.close()
+
+
+def caught_up(job, ends: dict[str, dict[str, int]], timeout: float = 300) -> None:
+    """Wait until a finished micro-batch has read every topic to ``ends``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert job.exception() is None, job.exception()
+        progress = job.query.lastProgress if job.query is not None else None
+        if progress is not None:
+            read = progress["sources"][0]["endOffset"]
+            read = orjson.loads(read) if isinstance(read, str) else read
+            if all(read.get(topic, {}).get(p, -1) >= end for topic, parts in ends.items() for p, end in parts.items()):
+                return
+        time.sleep(0.2)
+    raise AssertionError(f"the recon query did not catch up with {ends}")
+
+
+def read_all(bootstrap: str, topic: str) -> list[dict[str, Any]]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"recon-test-{time.time_ns()}",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer.subscribe([topic])
+    out, idle = [], 0
+    try:
+        while idle < 3:
+            message = consumer.poll(1.0)
+            if message is None:
+                idle += 1
+                continue
+            if not message.error():
+                idle = 0
+                out.append(orjson.loads(message.value()))
+    finally:
+        consumer.close()
+    return out
+
+
+__all__ = ["caught_up", "end_offsets", "read_all"]
