@@ -3,6 +3,8 @@ registry in the real PostgreSQL, requests received by a real HTTP server on 127.
 
 from __future__ import annotations
 
+from collections import Counter
+
 import orjson
 import pytest
 from aiohttp import web
@@ -11,6 +13,7 @@ from confluent_kafka import Producer
 from tests.delivery.receivers import Receivers
 from tests.delivery.servers import Recorder
 from tests.pipelines.test_delivery_crash import subscribe_single_and_batched
+from tests.recon.streams import read_all
 from wayline.core.kafka import ensure_topics
 from wayline.core.settings import Settings
 from wayline.delivery.bucket import Source
@@ -24,8 +27,7 @@ BATCH = 4
 
 def test_a_micro_batch_is_one_spark_job_and_its_counts_add_up(spark, api_settings: Settings, database, unique) -> None:
     from wayline.delivery.stage import StageSettings
-    from wayline.pipelines.batching import BATCH_TOPIC_CONFIG
-    from wayline.pipelines.delivery import deliver_micro_batch
+    from wayline.pipelines.delivery import deliver_micro_batch, ensure_delivery_topics
     from wayline.pipelines.live_snapshot import load_live_snapshot
     from wayline.pipelines.sending import PartitionSender, task_settings
 
@@ -33,8 +35,8 @@ def test_a_micro_batch_is_one_spark_job_and_its_counts_add_up(spark, api_setting
         "delivery": api_settings.delivery.model_copy(update={"batch_shards": 1})})
     topic = f"events.routing.{unique}"
     bootstrap = api_settings.kafka_bootstrap()
-    ensure_topics(bootstrap, [topic], 2)
-    ensure_topics(bootstrap, [api_settings.delivery.batch_topic], 2, BATCH_TOPIC_CONFIG)
+    ensure_topics(bootstrap, [topic], 1)  # one partition: offsets name the records below
+    ensure_delivery_topics(api_settings)
     endpoints = EndpointService.from_settings(api_settings)
     recorder = Recorder()
 
@@ -52,7 +54,7 @@ def test_a_micro_batch_is_one_spark_job_and_its_counts_add_up(spark, api_setting
 
     with Receivers() as receivers:
         base = receivers.serve({"/single": ok, "/batched": ok})
-        subscribe_single_and_batched(database, endpoints, base, EVENT_TYPE, "rt", BATCH)
+        ids = subscribe_single_and_batched(database, endpoints, base, EVENT_TYPE, "rt", BATCH)
         live = load_live_snapshot(spark, database, endpoints)
         # A session of its own: a micro-batch sets its session's conf, as in its query's clone.
         batch = (spark.newSession().read.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
@@ -77,3 +79,19 @@ def test_a_micro_batch_is_one_spark_job_and_its_counts_add_up(spark, api_setting
     # batch mode 2 full batches of 4 sent now, 2 events held for the batching query.
     assert summary.held == 2
     assert sorted(r.path for r in recorder.requests) == ["/batched"] * 2 + ["/single"] * 10
+
+    # The self-audit: every unit consumed, and the outcome of each one settled here (the
+    # 2 held events' outcome comes from the batching query, not run here).
+    def ours(kind: str) -> list[dict]:
+        return [e["data"] for e in read_all(bootstrap, getattr(api_settings.audit, f"{kind}_topic"))
+                if e["data"]["record"].startswith((topic, *ids.values()))]
+
+    consumed, outcomes = ours("consumed"), ours("outcomes")
+    pairs = {f"{sub}/{e['id']}" for sub in ids.values() for e in events}
+    assert Counter(c["record"] for c in consumed) == Counter(
+        [*pairs, f"{ids['single']}/{unique}-3", f"{ids['batched']}/{unique}-3", f"{topic}/0/10", f"{topic}/0/11"])
+    settled = {o["record"]: o["outcome"] for o in outcomes}
+    assert len(outcomes) == len(settled) == 10 + 8 + 2, "one outcome per unit"
+    assert settled[f"{topic}/0/10"] == "filtered" and settled[f"{topic}/0/11"] == "quarantined"
+    assert {r for r, outcome in settled.items() if outcome == "delivered"} < pairs
+    assert all(o["topic"] == topic for o in outcomes if o["record"].startswith((topic, ids["single"])))

@@ -25,7 +25,7 @@ pytestmark = pytest.mark.integration
 WORK = pa.schema([("kind", pa.string()), ("subscription_id", pa.string()), ("endpoint_id", pa.string()),
                   ("event_ids", pa.list_(pa.string())), ("body", pa.binary()), ("topic", pa.string()),
                   ("key", pa.binary()), ("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))),
-                  ("reason", pa.string()), ("events", pa.int32())])
+                  ("reason", pa.string()), ("events", pa.int32()), ("source", pa.string())])
 
 
 def deliveries(endpoint_id: str, event_id: str) -> pa.RecordBatch:
@@ -39,7 +39,10 @@ def deliveries(endpoint_id: str, event_id: str) -> pa.RecordBatch:
 def test_an_endpoint_created_while_loopback_was_allowed_is_refused_once_the_job_no_longer_allows_it(
     spark, api_settings: Settings, settings: Settings, database, unique: str,
 ) -> None:
+    from wayline.pipelines.delivery import ensure_delivery_topics
+
     assert not settings.registry.url_allow_list, "the plain settings allow nothing"
+    ensure_delivery_topics(settings)
     recorder = Recorder()
     endpoint = f"ep_{unique}_narrowed"
 

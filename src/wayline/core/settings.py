@@ -309,6 +309,7 @@ class ReconSettings(_Section):
 class AuditSettings(_Section):
     """The delivery self-audit: what the delivery job writes, and the built-in reconciliation over it."""
 
+    enabled: bool = Field(default=True, description="the delivery job writes its audit records")
     consumed_topic: str = Field(
         default="wayline.audit.consumed", description="one CloudEvent per Kafka record the delivery job consumed"
     )

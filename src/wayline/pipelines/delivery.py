@@ -64,6 +64,15 @@ _log = logging.getLogger(__name__)
 DELIVERY_CALLER = Caller(key_id="wayline-delivery", customer_id=None)
 
 
+def ensure_delivery_topics(settings: Settings) -> None:
+    """The internal topics the sending tasks write to, besides the quarantine: the batch
+    topic and, with ``audit.enabled``, the self-audit's two."""
+    bootstrap, partitions = settings.kafka_bootstrap(), settings.kafka.topic_partitions
+    ensure_topics(bootstrap, [settings.delivery.batch_topic], partitions, BATCH_TOPIC_CONFIG)
+    if settings.audit.enabled:
+        ensure_topics(bootstrap, [settings.audit.consumed_topic, settings.audit.outcomes_topic], partitions)
+
+
 def deliver_micro_batch(
     batch: DataFrame, source: Source, live: LiveSnapshot, settings: Settings, sender: PartitionSender,
 ) -> BatchSummary:
@@ -167,8 +176,7 @@ def start_delivery(
         retire=lambda live: live.targets.unpersist(),
     )
     holder.current()
-    ensure_topics(settings.kafka_bootstrap(), [settings.delivery.batch_topic], settings.kafka.topic_partitions,
-                  BATCH_TOPIC_CONFIG)
+    ensure_delivery_topics(settings)
     for_tasks = task_settings(settings)
     stage = StageSettings.from_settings(settings.delivery)
     queue = RetryQueue(database.engine)
@@ -235,5 +243,6 @@ __all__ = [
     "DeliveryJob",
     "deliver_micro_batch",
     "disable_gone",
+    "ensure_delivery_topics",
     "start_delivery",
 ]

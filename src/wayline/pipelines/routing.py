@@ -8,7 +8,10 @@ subscriptions (:mod:`~wayline.pipelines.matching`) and turn it into work rows
 - a valid event no subscription wants: one ``filtered`` row;
 - a valid event: one row per subscription — a ``single`` request in streaming mode; in
   batch mode a pair, cut into ``batch`` requests and bundle ``record`` rows per
-  (subscription, shard) by :func:`~wayline.pipelines.batching.batch_work`.
+  (subscription, shard) by :func:`~wayline.pipelines.batching.batch_work`;
+- with ``audit.enabled``, ``audit`` rows: the self-audit's records
+  (:mod:`wayline.delivery.audit`) — a consumed record per unit, and the outcome of an
+  unmatched record (a pair's outcome comes from the task that settles it).
 
 An event's first row carries ``events = 1``, so the tasks' counts add up to the
 micro-batch's without a pass of their own.
@@ -27,6 +30,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from wayline.core.settings import Settings
+from wayline.delivery import audit
 from wayline.delivery.bucket import Source
 from wayline.pipelines.batching import batch_work
 from wayline.pipelines.envelope import event_body, parse_events, quarantine_copy
@@ -38,6 +42,7 @@ _UNIT_FIELDS = (
     ("kind", "string"), ("subscription_id", "string"), ("endpoint_id", "string"), ("max_count", "int"),
     ("max_wait_ms", "int"), ("event_id", "string"), ("body", "binary"), ("topic", "string"), ("key", "binary"),
     ("headers", "array<struct<key:string,value:binary>>"), ("reason", "string"), ("events", "int"),
+    ("source", "string"),
 )
 
 
@@ -45,6 +50,24 @@ def _unit(**values: Column) -> Column:
     """One work unit of a record, every field typed (NULL where not given), so the
     branches of a record's units share one type."""
     return F.struct(*(values.get(name, F.lit(None)).cast(kind).alias(name) for name, kind in _UNIT_FIELDS))
+
+
+def _audit(kind: str, record: Column, topic: str, outcome: str | None = None,
+           endpoint_id: Column | None = None) -> Column:
+    """A unit that writes one self-audit record (:mod:`wayline.delivery.audit`, as the
+    tasks build them for pairs) for the record being routed; with ``endpoint_id``, it goes
+    to that endpoint's task, so the audit's writes spread as the sends do."""
+    at = F.date_format(F.current_timestamp(), "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX")
+    data = F.struct(record.alias("record"), F.col("id").alias("event_id"), at.alias("event_time"),
+                    F.col("topic").alias("topic"), F.lit(outcome).alias("outcome"))
+    value = F.to_json(F.struct(
+        F.lit("1.0").alias("specversion"),
+        F.concat(F.lit(f"{kind}:"), record, F.lit(f":{outcome}" if outcome else "")).alias("id"),
+        F.lit(audit.SOURCE).alias("source"), F.lit(audit.event_type(kind)).alias("type"),
+        F.lit(audit.TENANT).alias("tenantid"), at.alias("time"), data.alias("data"),
+    ))
+    return _unit(kind=F.lit("audit"), topic=F.lit(topic), key=record, body=value,
+                 **({} if endpoint_id is None else {"endpoint_id": endpoint_id}))
 
 
 def work_rows(batch: DataFrame, live: LiveSnapshot, settings: Settings) -> DataFrame:
@@ -57,19 +80,31 @@ def work_rows(batch: DataFrame, live: LiveSnapshot, settings: Settings) -> DataF
     quarantined = _unit(kind=F.lit("record"), topic=copy["topic"], key=copy["key"], body=copy["value"],
                         headers=copy["headers"], reason=F.col("reason"))
     filtered = _unit(kind=F.lit("filtered"), events=F.lit(1))
+    checked = settings.audit
+    unit_record = F.concat_ws("/", "topic", "partition", "offset")
+
+    def unmatched(unit: Column, outcome: str) -> Column:
+        if not checked.enabled:
+            return F.array(unit)
+        return F.array(unit, _audit(audit.CONSUMED, unit_record, checked.consumed_topic),
+                       _audit(audit.OUTCOMES, unit_record, checked.outcomes_topic, outcome))
 
     def pair(route: Column, position: Column) -> Column:
-        return _unit(
+        unit = _unit(
             kind=F.when(route["mode"] == F.lit(BATCH), F.lit(_PAIR)).otherwise(F.lit("single")),
             subscription_id=route["subscription_id"], endpoint_id=route["endpoint_id"],
             max_count=route["max_count"], max_wait_ms=route["max_wait_ms"], event_id=F.col("id"),
-            body=F.col("_body"), events=(position == 0).cast("int"),
+            body=F.col("_body"), events=(position == 0).cast("int"), source=F.col("topic"),
         )
+        if not checked.enabled:
+            return F.array(unit)
+        record = F.concat_ws("/", route["subscription_id"], F.col("id"))
+        return F.array(unit, _audit(audit.CONSUMED, record, checked.consumed_topic, endpoint_id=route["endpoint_id"]))
 
     units = (
-        F.when(~valid, F.array(quarantined))
-        .when(F.size("subscriptions") == 0, F.array(filtered))
-        .otherwise(F.transform("subscriptions", pair))
+        F.when(~valid, unmatched(quarantined, audit.QUARANTINED))
+        .when(F.size("subscriptions") == 0, unmatched(filtered, audit.FILTERED))
+        .otherwise(F.flatten(F.transform("subscriptions", pair)))
     )
     return matched.select(F.explode(units).alias("unit")).select("unit.*")
 
@@ -84,7 +119,7 @@ def micro_batch_work(batch: DataFrame, live: LiveSnapshot, settings: Settings, s
     direct = shuffled.where(F.col("kind") != F.lit(_PAIR)).select(
         "kind", "subscription_id", "endpoint_id",
         F.when(F.col("kind") == F.lit("single"), F.array("event_id")).alias("event_ids"),
-        "body", "topic", "key", "headers", "reason", "events",
+        "body", "topic", "key", "headers", "reason", "events", "source",
     )
     if not live.has_batch:
         return direct

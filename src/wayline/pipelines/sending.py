@@ -20,7 +20,7 @@ Outcomes and records are written before the micro-batch commits, so a replay fin
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator, Sequence
 from datetime import datetime, timezone
 
 import pyarrow as pa
@@ -33,9 +33,10 @@ from pyspark.sql.pandas.types import from_arrow_schema
 
 from wayline.core.kafka import KafkaRecord, produce_all
 from wayline.core.settings import DeliverySettings, KafkaSettings, PostgresSettings, RegistrySettings, Settings
-from wayline.delivery.attempt import Kind, Pending
+from wayline.delivery import audit
+from wayline.delivery.attempt import Kind, Pending, State
 from wayline.delivery.outcomes import BatchSummary, Outcome
-from wayline.delivery.stage import StageSettings, run_stage
+from wayline.delivery.stage import Blocked, DeliveryStore, StageSettings, run_stage
 from wayline.delivery.targets import Target
 from wayline.pipelines.worker import worker_pool
 
@@ -45,14 +46,16 @@ _SEND_FIELDS = (
 )
 _WORK_FIELDS = (
     *_SEND_FIELDS, ("topic", "string"), ("key", "binary"), ("headers", "array<struct<key:string,value:binary>>"),
-    ("reason", "string"), ("events", "int"),
+    ("reason", "string"), ("events", "int"), ("source", "string"),
 )
 SEND_SCHEMA = ", ".join(f"{name} {kind}" for name, kind in _SEND_FIELDS)
 WORK_SCHEMA = ", ".join(f"{name} {kind}" for name, kind in _WORK_FIELDS)
 """A row of work for a sending task, by ``kind``: ``single`` or ``batch`` (a request:
 ``body`` to ``endpoint_id``), ``record`` (``body`` as the value of a Kafka record for
-``topic``: a quarantine copy with its ``reason``, or a batch-mode bundle), ``filtered``
-(a valid event no subscription wanted). ``events``: the valid events the row accounts for."""
+``topic``: a quarantine copy with its ``reason``, or a batch-mode bundle), ``audit`` (a
+self-audit record, written like a record but not counted), ``filtered`` (a valid event
+no subscription wanted). ``events``: the valid events the row accounts for; ``source``:
+a single request's Kafka topic, for its audit outcome."""
 SUMMARY_SCHEMA = pa.schema([("summary", pa.binary())])
 # The rows of `Tally.rows()`, as each draining task returns them. Arrow is the source of
 # truth: the tasks build their batches with it and have no JVM to parse a DDL string.
@@ -66,6 +69,7 @@ TALLY_SCHEMA = pa.schema([
     ("latency_buckets", pa.list_(pa.int64())),
 ])
 _REQUESTS = pa.array(["single", "batch"])
+_RECORDS = pa.array(["record", "audit"])
 
 
 class PartitionSender:
@@ -87,34 +91,62 @@ class PartitionSender:
         now = datetime.now(timezone.utc)
         summary = BatchSummary()
         pendings: list[Pending] = []
+        topics: dict[str, str] = {}
         records: list[KafkaRecord] = []
         for batch in batches:
-            pendings += _pendings(batch, now)
+            pendings += _pendings(batch, now, topics)
             records += _count_records(batch, summary)
         if not (pendings or records or summary.events):
             return
         pool = worker_pool(self._settings)
         started = time.perf_counter()
         if records:
-            # Acknowledged before the stage: a quarantine copy or bundle is never lost to a failed send.
+            # Acknowledged before the stage: a quarantine copy, bundle or consumed-audit
+            # record is never lost to a failed send.
             produce_all(pool.producer, records)
             summary.phase_seconds["records"] += time.perf_counter() - started
         if pendings:
             started = time.perf_counter()
-            summary.deliveries = run_stage(pendings, self._targets.value, pool.store, pool.transport, self._stage,
+            store = _Keeping(pool.store)
+            summary.deliveries = run_stage(pendings, self._targets.value, store, pool.transport, self._stage,
                                            failing=self._failing, run=pool.run)
+            checked = self._settings.audit
+            if checked.enabled:
+                outcomes = audit.outcome_events(store.states, topics, datetime.now(timezone.utc))
+                produce_all(pool.producer, (KafkaRecord(checked.outcomes_topic, key, value) for key, value in outcomes))
             summary.phase_seconds["send"] += time.perf_counter() - started
         yield pa.RecordBatch.from_pylist([{"summary": summary.to_json()}], schema=SUMMARY_SCHEMA)
 
 
-def _pendings(batch: pa.RecordBatch, now: datetime) -> list[Pending]:
+class _Keeping:
+    """The worker's store, keeping what the stage settled for the self-audit's outcomes."""
+
+    def __init__(self, store: DeliveryStore) -> None:
+        self._store = store
+        self.states: list[State] = []
+
+    def settled(self, webhook_ids: Collection[str]) -> set[str]:
+        return self._store.settled(webhook_ids)
+
+    def blocked(self, subscription_ids: Collection[str], endpoint_ids: Collection[str]) -> Blocked:
+        return self._store.blocked(subscription_ids, endpoint_ids)
+
+    def record(self, states: Sequence[State]) -> None:
+        self._store.record(states)
+        self.states.extend(states)
+
+
+def _pendings(batch: pa.RecordBatch, now: datetime, topics: dict[str, str]) -> list[Pending]:
+    """``batch``'s requests; each single event's Kafka topic goes to ``topics``."""
     # The HTTP edge: per-row Python is where the rows become signed requests anyway.
     requests = batch.filter(pc.is_in(batch.column("kind"), _REQUESTS))
-    return [
-        Pending.first(Kind(row["kind"]), row["event_ids"], row["body"], subscription_id=row["subscription_id"],
-                      endpoint_id=row["endpoint_id"], now=now)
-        for row in requests.select(["kind", "subscription_id", "endpoint_id", "event_ids", "body"]).to_pylist()
-    ]
+    pendings = []
+    for row in requests.select(["kind", "subscription_id", "endpoint_id", "event_ids", "body", "source"]).to_pylist():
+        pendings.append(Pending.first(Kind(row["kind"]), row["event_ids"], row["body"],
+                                      subscription_id=row["subscription_id"], endpoint_id=row["endpoint_id"], now=now))
+        if row["source"] is not None:
+            topics[row["event_ids"][0]] = row["source"]
+    return pendings
 
 
 def _count_records(batch: pa.RecordBatch, summary: BatchSummary) -> list[KafkaRecord]:
@@ -122,10 +154,12 @@ def _count_records(batch: pa.RecordBatch, summary: BatchSummary) -> list[KafkaRe
     kinds = batch.column("kind")
     summary.events += pc.sum(batch.column("events")).as_py() or 0
     summary.filtered += pc.sum(pc.equal(kinds, "filtered")).as_py() or 0
-    records = batch.filter(pc.equal(kinds, "record"))
+    records = batch.filter(pc.is_in(kinds, _RECORDS))
     written = []
-    for row in records.select(["topic", "key", "body", "headers", "reason", "event_ids"]).to_pylist():
-        if row["reason"] is None:
+    for row in records.select(["kind", "topic", "key", "body", "headers", "reason", "event_ids"]).to_pylist():
+        if row["kind"] == "audit":
+            pass
+        elif row["reason"] is None:
             summary.held += len(row["event_ids"])
         else:
             summary.quarantined[row["reason"]] += 1
@@ -137,13 +171,14 @@ def _count_records(batch: pa.RecordBatch, summary: BatchSummary) -> list[KafkaRe
 def task_settings(settings: Settings) -> Settings:
     """What the sending tasks get of the settings: the database and broker addresses,
     resolved here on the driver (executors have no local stack file), the URL allow-list
-    their transports enforce at connect time, and which HTTP client sends; nothing else —
-    no encryption keys."""
+    their transports enforce at connect time, which HTTP client sends, and where the
+    self-audit goes; nothing else — no encryption keys."""
     return Settings.model_construct(
         postgres=PostgresSettings(dsn=SecretStr(settings.postgres_dsn())),
         kafka=KafkaSettings(bootstrap_servers=settings.kafka_bootstrap()),
         registry=RegistrySettings(url_allow_list=settings.registry.url_allow_list),
         delivery=DeliverySettings(http_client=settings.delivery.http_client),
+        audit=settings.audit,
     )
 
 
