@@ -105,10 +105,11 @@ def recon_job(wiring: Wired) -> ReconJob:
 
 
 def admin_app(settings: Settings) -> FastAPI:
-    """The admin API over the registry of ``settings``."""
+    """The admin API over the registry of ``settings``, with the web console under /console."""
     from wayline.api.app import create_app
+    from wayline.console.app import install
 
-    return create_app(settings, Database(make_engine(settings.postgres_dsn())))
+    return install(create_app(settings, Database(make_engine(settings.postgres_dsn()))))
 
 
 __all__ = [
