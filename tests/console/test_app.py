@@ -26,6 +26,7 @@ from tests.delivery.servers import Recorder
 from tests.waiting import wait_for
 from wayline.core.kafka import ensure_topics
 from wayline.core.metrics import serve_metrics
+from wayline.core.progress import Collectors, QueryProgress
 from wayline.core.settings import DeliverySettings, Settings
 from wayline.delivery.metrics import DeliveryMetrics
 from wayline.recon import reconciliation, store
@@ -88,8 +89,8 @@ def scenario(api_settings: Settings, database, spark, admin_key: str, tmp_path_f
     from wayline.pipelines.delivery import start_delivery
     from wayline.pipelines.retries import start_retries
 
-    metrics = DeliveryMetrics()
-    metrics_server = serve_metrics(metrics, "127.0.0.1", 0, "WAYLINE_DELIVERY__METRICS_PORT")
+    metrics, progress = DeliveryMetrics(), QueryProgress()
+    metrics_server = serve_metrics(Collectors(metrics, progress), "127.0.0.1", 0, "WAYLINE_DELIVERY__METRICS_PORT")
     settings = api_settings.model_copy(update={
         "kafka": api_settings.kafka.model_copy(update={"event_topic_prefix": PREFIX}),
         # A quick retry path, and a circuit that never opens: the test decides when the receiver fails.
@@ -130,6 +131,7 @@ def scenario(api_settings: Settings, database, spark, admin_key: str, tmp_path_f
                 store.WindowChange(recon.id, "/billing", minute, Counts(expected=80, matched=80)),
             ], {}, [])
         job = start_delivery(spark, settings, database, endpoints, metrics, checkpoint=root / "delivery")
+        progress.watch(lambda: job.queries)
         retries = start_retries(spark, settings, database, endpoints, checkpoint=root / "retries")
         producer = Producer({"bootstrap.servers": settings.kafka_bootstrap()})
         try:
@@ -286,8 +288,9 @@ def test_an_operator_sees_the_platform_and_re_enables_a_quarantined_rule(
     delivery = page.locator("tr.job.delivery")
     expect(delivery).to_contain_text("up")
     expect(page.locator("tr.job.retries")).to_contain_text("down")
-    # The second reading (htmx, five seconds on) gives the input rate.
-    expect(delivery.locator("td").nth(2)).to_have_text(re.compile(r"^\d+\.\d/s$"), timeout=30_000)
+    # From the job's own progress gauges: its input rate and how far behind its topic it is.
+    expect(delivery.locator("td").nth(2)).to_have_text(re.compile(r"^\d+\.\d/s$"))
+    expect(delivery.locator("td.lag")).to_contain_text(f"{TOPIC}: 0")
     page.screenshot(path=screenshots / "jobs.png", full_page=True)
 
     page.goto("/console/rules")

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.metrics_core import CounterMetricFamily
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from wayline.console.jobs import JOBS, JobsWatch, by_label, parse, total
@@ -85,3 +85,25 @@ def test_a_job_not_listening_or_on_any_port_is_down_with_the_reason(served_event
     assert not down.up and "not answering" in down.problem
     anywhere = watch.read(JOBS[0], Settings(delivery={"metrics_port": 0}))
     assert not anywhere.up and anywhere.url is None and "port is 0" in anywhere.problem
+
+
+class Reported(Collector):
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        yield CounterMetricFamily("wayline_events", "", value=10)
+        for name, value in (("wayline_query_input_rows_per_second", 250.0), ("wayline_query_batch_seconds", 0.4)):
+            gauge = GaugeMetricFamily(name, "", labels=["query"])
+            gauge.add_metric(["q"], value)
+            yield gauge
+        lag = GaugeMetricFamily("wayline_source_lag_records", "", labels=["query", "topic"])
+        lag.add_metric(["q", "events.a"], 7)
+        lag.add_metric(["q", "events.b"], 0)
+        yield lag
+
+
+def test_a_jobs_own_progress_gauges_win_over_counting() -> None:
+    server = serve_metrics(Reported(), "127.0.0.1", 0, "WAYLINE_DELIVERY__METRICS_PORT")
+    try:
+        status = JobsWatch(timeout_s=2).read(JOBS[0], Settings(delivery={"metrics_port": server.server.server_port}))
+    finally:
+        server.close()
+    assert (status.input_rate, status.batch_s, status.lag) == (250.0, 0.4, {"events.a": 7, "events.b": 0})

@@ -1,8 +1,10 @@
 """What the jobs view shows: each job's Prometheus /metrics, read at the ports in settings.
 
-A counter's rate needs two readings: the console keeps each job's previous reading and
-shows the rate between it and the current one (the page re-reads every few seconds), so
-the first view after a start shows totals only.
+A job reports its queries' last progress (``wayline.core.progress``): input rate, last
+micro-batch duration and lag per Kafka topic. Where a job does not (an older build), the
+rate comes from its event counter between two readings (the console keeps each job's
+previous one; the page re-reads every few seconds) and the duration from its phase
+counters, averaged.
 """
 
 from __future__ import annotations
@@ -29,6 +31,10 @@ class JobSpec:
     batches: str | None
     batch_seconds: str | None
 
+
+PROGRESS_RATE = "wayline_query_input_rows_per_second"
+PROGRESS_BATCH = "wayline_query_batch_seconds"
+PROGRESS_LAG = "wayline_source_lag_records"
 
 JOBS = (
     JobSpec("delivery", lambda s: (s.delivery.metrics_host, s.delivery.metrics_port),
@@ -73,8 +79,9 @@ class JobStatus:
     problem: str = ""
     events: float | None = None
     batches: float | None = None
-    mean_batch_s: float | None = None
+    batch_s: float | None = None
     input_rate: float | None = None
+    lag: dict[str, float] = field(default_factory=dict)
     samples: Samples = field(default_factory=dict)
 
 
@@ -100,9 +107,16 @@ class JobsWatch:
             return JobStatus(spec.name, url, False, f"not answering: {exc}")
         events, batches = total(samples, spec.events), total(samples, spec.batches)
         seconds = total(samples, spec.batch_seconds)
-        return JobStatus(spec.name, url, True, events=events, batches=batches,
-                         mean_batch_s=seconds / batches if seconds is not None and batches else None,
-                         input_rate=self._rate(spec.name, events), samples=samples)
+        counted_rate = self._rate(spec.name, events)
+        reported_rate = total(samples, PROGRESS_RATE)
+        last_batch = max((value for _, value in samples.get(PROGRESS_BATCH, ())), default=None)
+        return JobStatus(
+            spec.name, url, True, events=events, batches=batches,
+            batch_s=last_batch if last_batch is not None else seconds / batches if seconds is not None and batches
+            else None,
+            input_rate=reported_rate if reported_rate is not None else counted_rate,
+            lag=by_label(samples, PROGRESS_LAG, "topic"), samples=samples,
+        )
 
     def _rate(self, job: str, events: float | None) -> float | None:
         if events is None:
