@@ -241,7 +241,7 @@ def serve_admin(
     host: Annotated[str | None, typer.Option(help="default: api.host from the settings")] = None,
     port: Annotated[int | None, typer.Option(help="default: api.port from the settings")] = None,
 ) -> None:
-    """Serve the admin API (OpenAPI at /docs). Stateless: run as many as you like."""
+    """Serve the admin API (OpenAPI at /docs) and the web console (/console). Stateless: run as many as you like."""
     import uvicorn
 
     settings = Settings()
