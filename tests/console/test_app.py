@@ -207,12 +207,13 @@ def test_a_customer_delivers_watches_attempts_and_replays_dead_letters(
 
     page.goto(f"/console/dead-letters?endpoint_id={endpoint_id}")
     rows = page.locator("#dead-letters tbody input[name=id]")
-    for _ in range(60):  # the retry path buries them a few seconds later; a reload shows them
-        if rows.count() == len(failing):
-            break
-        page.wait_for_timeout(1000)
+
+    def all_dead() -> bool:
         page.reload()
-    expect(rows).to_have_count(len(failing))
+        return rows.count() == len(failing)
+
+    # The retry path buries them after their last attempt; the page shows them on a reload.
+    wait_for(all_dead, "the failing events' dead letters", timeout_s=120, every_s=1)
     dead_ids = page.locator("#dead-letters tbody code").all_inner_texts()
     page.screenshot(path=screenshots / "dead-letters.png", full_page=True)
 
