@@ -224,6 +224,18 @@ def test_a_customer_delivers_watches_attempts_and_replays_dead_letters(
     expect(page.locator("#dead-letters tbody input[name=id]")).to_have_count(0)
     wait_for(lambda: set(dead_ids) <= set(scenario.receiver.delivered), "the replayed dead letters")
 
+    # One more dies, and is acknowledged instead: gone, and never delivered.
+    scenario.receiver.healthy = False
+    scenario.produce(["con-fail-2"])
+    wait_for(lambda: (page.reload() is not None) and rows.count() == 1, "the third dead letter", timeout_s=120,
+             every_s=1)
+    dropped = page.locator("#dead-letters tbody code").inner_text()
+    scenario.receiver.healthy = True
+    rows.first.check()
+    submitted(page, "Acknowledge selected")
+    expect(rows).to_have_count(0)
+    assert dropped not in scenario.receiver.delivered
+
     # Health, rotation and a test event on the endpoint's page.
     page.goto(f"/console/endpoints/{endpoint_id}")
     expect(page.locator("#health")).to_contain_text("attempts succeeded")
@@ -273,6 +285,28 @@ def test_a_form_without_its_csrf_token_is_refused(browser: Browser, scenario: Sc
     assert forged.status == 403
     page.goto("/console/endpoints")
     expect(page.locator("#endpoints")).not_to_contain_text("forged")
+    page.context.close()
+
+
+def test_a_form_with_a_bad_value_is_a_422_page_that_says_what_to_fix(browser: Browser, scenario: Scenario) -> None:
+    page = signed_in(browser, scenario, scenario.customer_key)
+    page.get_by_label("URL").fill(f"{scenario.hook_url}?bad-schedule")
+    page.get_by_label("Retry schedule").fill("0, soon")
+    with page.expect_response(lambda r: r.request.method == "POST") as posted:
+        page.get_by_role("button", name="Create endpoint").click()
+    assert posted.value.status == 422
+    expect(page.locator(".problem")).to_contain_text("retry_schedule_s: numbers separated by commas")
+    # A subscription naming an event type the registry lacks, on an endpoint of its own.
+    page.goto("/console/endpoints")
+    page.get_by_label("URL").fill(f"{scenario.hook_url}?subscribes-badly")
+    submitted(page, "Create endpoint")
+    page.get_by_role("link", name="Add a subscription").click()
+    page.get_by_label("Event types").fill("no.such.type")
+    page.get_by_label("Tenants (comma-separated)").fill(TENANT)
+    page.get_by_role("button", name="Create subscription").click()
+    expect(page.locator(".problem")).to_contain_text("no.such.type")
+    page.goto("/console/endpoints")
+    expect(page.locator("#endpoints")).not_to_contain_text("bad-schedule")
     page.context.close()
 
 
