@@ -68,6 +68,7 @@ class Scenario:
     settings: Settings
     receiver: Receiver
     hook_url: str
+    customer_id: str
     customer_key: str
     admin_key: str
     other_endpoint_id: str
@@ -136,7 +137,7 @@ def scenario(api_settings: Settings, database, spark, admin_key: str, tmp_path_f
         producer = Producer({"bootstrap.servers": settings.kafka_bootstrap()})
         try:
             with served(install(create_app(settings, database))) as base:
-                yield Scenario(base, settings, receiver, f"{base_url}/hook", key, admin_key, other.id,
+                yield Scenario(base, settings, receiver, f"{base_url}/hook", mine.id, key, admin_key, other.id,
                                quarantined.id, producer)
             assert job.isActive and job.exception() is None, job.exception()
             assert retries.isActive and retries.exception() is None, retries.exception()
@@ -268,6 +269,20 @@ def test_another_customers_pages_are_not_found(browser: Browser, scenario: Scena
     # Operator pages need an admin key, as in the API.
     answer = page.goto("/console/customers")
     assert answer is not None and answer.status == 403
+    page.context.close()
+
+
+def test_revoking_the_key_ends_its_console_sessions(browser: Browser, scenario: Scenario, database) -> None:
+    with database.transaction() as s:
+        owner = customer.get(s, ADMIN, scenario.customer_id)
+        fresh = api_key.create(s, ADMIN, api_key.ApiKeyIn(name="short-lived", scope="customer",
+                                                          customer_id=owner.id))
+    page = signed_in(browser, scenario, fresh.key)
+    expect(page).to_have_url(re.compile(r"/console/endpoints$"))
+    with database.transaction() as s:
+        api_key.revoke(s, ADMIN, fresh.id)
+    page.reload()
+    expect(page).to_have_url(re.compile(r"/console/sign-in\?next=/console/endpoints$"))
     page.context.close()
 
 

@@ -38,8 +38,8 @@ def link(path: str, query: dict[str, str | None] | None = None, **more: str | No
 templates.env.globals["link"] = link
 
 
-class SignInFirst(Exception):
-    """No signed-in session: the browser is sent to the sign-in page."""
+class SignInFirst(Unauthorized):
+    """No signed-in session (or its key was revoked): the browser is sent to sign in."""
 
 
 @dataclass(frozen=True)
@@ -65,13 +65,13 @@ def current_session(request: Request) -> SessionData | None:
 def viewer(request: Request) -> Viewer:
     session = current_session(request)
     if session is None or session.key_id is None:
-        raise SignInFirst
+        raise SignInFirst("not signed in")
     db: Database = request.app.state.database
     try:
         with db.transaction() as s:
             caller = api_key.caller_of(s, session.key_id)
     except Unauthorized as exc:
-        raise SignInFirst from exc
+        raise SignInFirst(str(exc)) from exc
     return Viewer(caller, session)
 
 
