@@ -34,6 +34,8 @@ from wayline.recon.state import Counts
 from wayline.registry import api_key, catalog, customer, rule
 from wayline.registry.access import ADMIN
 from wayline.registry.endpoint import EndpointIn, EndpointService
+from wayline.rules.counters import JobCounters, RuleCounters
+from wayline.rules.metrics import RulesMetrics
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -131,6 +133,12 @@ def scenario(api_settings: Settings, database, spark, admin_key: str, tmp_path_f
                 store.WindowChange(recon.id, "/console-test", minute, Counts(expected=200, matched=197, missing=3)),
                 store.WindowChange(recon.id, "/billing", minute, Counts(expected=80, matched=80)),
             ], {}, [])
+        # The rules job's metrics endpoint, serving counts as that job keeps them for the rule.
+        counters = JobCounters(batches=40, events=1200, rules={quarantined.id: RuleCounters(
+            "con-big-orders", input=1200, matches=37, micros=2_500_000, state=0, late=2, quarantined=1)})
+        rules_server = serve_metrics(RulesMetrics(counters), "127.0.0.1", 0, "WAYLINE_RULES__METRICS_PORT")
+        settings = settings.model_copy(update={
+            "rules": settings.rules.model_copy(update={"metrics_port": rules_server.server.server_port})})
         job = start_delivery(spark, settings, database, endpoints, metrics, checkpoint=root / "delivery")
         progress.watch(lambda: job.queries)
         retries = start_retries(spark, settings, database, endpoints, checkpoint=root / "retries")
@@ -145,6 +153,7 @@ def scenario(api_settings: Settings, database, spark, admin_key: str, tmp_path_f
             job.stop()
             retries.stop()
             metrics_server.close()
+            rules_server.close()
 
 
 def signed_in(browser: Browser, scenario: Scenario, key: str, **options) -> Page:
@@ -334,19 +343,24 @@ def test_an_operator_sees_the_platform_and_re_enables_a_quarantined_rule(
     page.goto("/console/event-types")
     expect(page.locator("table")).to_contain_text(EVENT_TYPE)
 
+    scenario.produce(["con-op-0"])  # the delivery job has read its topic at least once
     page.goto("/console/jobs")
     delivery = page.locator("tr.job.delivery")
     expect(delivery).to_contain_text("up")
     expect(page.locator("tr.job.retries")).to_contain_text("down")
     # From the job's own progress gauges: its input rate and how far behind its topic it is.
-    expect(delivery.locator("td").nth(2)).to_have_text(re.compile(r"^\d+\.\d/s$"))
-    expect(delivery.locator("td.lag")).to_contain_text(f"{TOPIC}: 0")
+    expect(delivery.locator("td").nth(2)).to_have_text(re.compile(r"^\d+\.\d/s$"), timeout=WAIT_MS)
+    expect(delivery.locator("td.lag")).to_contain_text(f"{TOPIC}: 0", timeout=WAIT_MS)
     page.screenshot(path=screenshots / "jobs.png", full_page=True)
 
     page.goto("/console/rules")
     row = page.locator("tr.rule", has_text="con-big-orders")
     expect(row).to_contain_text("quarantined")
     expect(row).to_contain_text("state budget exceeded")
+    expect(row.locator("td")).to_have_text([re.compile("con-big-orders"), "filter", "con.big-orders",
+                                            re.compile("quarantined"), "1200", "37", "2.500 s", "0", "2",
+                                            re.compile("Re-enable")])
+    expect(page.locator("tr.job.rules")).to_have_count(0)  # the rules page, not the jobs page
     page.screenshot(path=screenshots / "rules.png", full_page=True)
     row.get_by_role("button", name="Re-enable").click()
     expect(page.locator("tr.rule", has_text="con-big-orders")).to_contain_text("running")
