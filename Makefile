@@ -4,6 +4,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 MVN := mvn -q -B -s .mvn/settings.xml
 
+CHROMIUM := /usr/bin/chromium
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
 .PHONY: install jars demo test test-unit clean
 
 install: $(VENV)/.installed jars
@@ -23,11 +26,17 @@ jars/.fetched: pom.xml .mvn/settings.xml
 	$(MVN) -P spark dependency:copy-dependencies
 	touch $@
 
+# The console's browser tests drive Debian's Chromium through Playwright, which downloads
+# no browser of its own: the system package, installed once when it is missing.
+$(CHROMIUM):
+	$(SUDO) apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium
+
 demo: install
 	$(BIN)/wayline demo
 
 # The linter first: an unused import or an unsorted block fails in seconds, not after the suite.
-test: install
+test: install $(CHROMIUM)
 	$(BIN)/ruff check
 	$(BIN)/pytest
 

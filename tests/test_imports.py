@@ -33,6 +33,7 @@ LAYERS = {
     "pipelines": 4,
     "stack": 4,
     "api": 5,
+    "console": 5,
     "compose": 6,
     "cli": 7,
 }

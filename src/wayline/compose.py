@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from prometheus_client.registry import Collector
 
 from wayline.core.metrics import MetricsServer, serve_metrics
+from wayline.core.progress import QueryProgress
 from wayline.core.settings import Settings
 from wayline.registry.db import Database, make_engine
 from wayline.registry.endpoint import EndpointService
@@ -107,14 +108,22 @@ def recon_job(wiring: Wired) -> ReconJob:
     return ReconJob(wiring.spark, wiring.settings, wiring.database, wiring.settings.checkpoint_root / "recon").start()
 
 
-def admin_app(settings: Settings) -> FastAPI:
-    """The admin API over the registry of ``settings``."""
-    from wayline.api.app import create_app
+def job_progress(job: RulesJob | ReconJob) -> QueryProgress:
+    """The progress gauges of a job that restarts its query: whichever query runs now."""
+    progress = QueryProgress()
+    progress.watch(lambda: [query for query in (job.query,) if query is not None])
+    return progress
 
-    return create_app(settings, Database(make_engine(settings.postgres_dsn())))
+
+def admin_app(settings: Settings) -> FastAPI:
+    """The admin API over the registry of ``settings``, with the web console under /console."""
+    from wayline.api.app import create_app
+    from wayline.console.app import install
+
+    return install(create_app(settings, Database(make_engine(settings.postgres_dsn()))))
 
 
 __all__ = [
-    "Wired", "admin_app", "database", "delivery_job", "metrics_served", "recon_job", "retry_query", "rules_job",
+    "Wired", "admin_app", "database", "delivery_job", "job_progress", "metrics_served", "recon_job", "retry_query", "rules_job",
     "wired",
 ]

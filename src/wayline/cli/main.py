@@ -22,6 +22,7 @@ from wayline.cli.registry import APPS
 from wayline.cli.rules import rules_app, watch_rules
 from wayline.core.errors import WaylineError
 from wayline.core.kafka import ensure_topics
+from wayline.core.progress import Collectors, QueryProgress
 from wayline.core.settings import Settings
 from wayline.stack import loadgen, local
 from wayline.stack.logs import job_log
@@ -163,11 +164,13 @@ def _watch_delivery(settings: Settings, receiver: Receiver | None = None,
     from wayline.delivery.metrics import DeliveryMetrics
 
     metrics = DeliveryMetrics()
-    with (compose.metrics_served(metrics, settings.delivery.metrics_host, settings.delivery.metrics_port,
-                                 "WAYLINE_DELIVERY__METRICS_PORT") as server,
+    progress = QueryProgress()
+    with (compose.metrics_served(Collectors(metrics, progress), settings.delivery.metrics_host,
+                                 settings.delivery.metrics_port, "WAYLINE_DELIVERY__METRICS_PORT") as server,
           job_log(job_log_file(settings, "delivery")),
           compose.wired(settings, console.status("starting Spark…")) as wiring):
         job = compose.delivery_job(wiring, metrics)
+        progress.watch(lambda: job.queries)
         console.print(f"delivering; metrics at {server.where}; Ctrl-C stops")
 
         def view() -> RenderableType:
@@ -222,11 +225,13 @@ def run_retries() -> None:
 
     settings = Settings()
     metrics = DeliveryMetrics()
-    with (compose.metrics_served(metrics, settings.delivery.metrics_host, settings.delivery.retry_metrics_port,
-                                 "WAYLINE_DELIVERY__RETRY_METRICS_PORT") as server,
+    progress = QueryProgress()
+    with (compose.metrics_served(Collectors(metrics, progress), settings.delivery.metrics_host,
+                                 settings.delivery.retry_metrics_port, "WAYLINE_DELIVERY__RETRY_METRICS_PORT") as server,
           job_log(job_log_file(settings, "retries")),
           compose.wired(settings, console.status("starting Spark…")) as wiring):
         query = compose.retry_query(wiring, metrics)
+        progress.watch(lambda: [query])
         console.print(f"draining retries every {settings.delivery.retry_poll_s:g} s; metrics at {server.where}; "
                       "Ctrl-C stops")
 
@@ -245,7 +250,7 @@ def serve_admin(
     host: Annotated[str | None, typer.Option(help="default: api.host from the settings")] = None,
     port: Annotated[int | None, typer.Option(help="default: api.port from the settings")] = None,
 ) -> None:
-    """Serve the admin API (OpenAPI at /docs). Stateless: run as many as you like."""
+    """Serve the admin API (OpenAPI at /docs) and the web console (/console). Stateless: run as many as you like."""
     import uvicorn
 
     settings = Settings()

@@ -13,6 +13,7 @@ from rich.table import Table
 from wayline import compose
 from wayline.cli.output import console, guarded, job_log_file, watch
 from wayline.cli.registry import Limit, registry, show
+from wayline.core.progress import Collectors
 from wayline.core.settings import Settings
 from wayline.recon import reconciliation
 from wayline.recon.events import iso
@@ -169,7 +170,8 @@ def watch_recon(settings: Settings) -> None:
     with job_log(job_log_file(settings, "recon")):
         with compose.wired(settings, console.status("starting Spark…")) as wiring:
             job = compose.recon_job(wiring)
-            with compose.metrics_served(ReconMetrics(wiring.database), settings.recon.metrics_host,
+            with compose.metrics_served(Collectors(ReconMetrics(wiring.database), compose.job_progress(job)),
+                                        settings.recon.metrics_host,
                                         settings.recon.metrics_port, "WAYLINE_RECON__METRICS_PORT") as server:
                 console.print(f"reconciling {len(job.recon_set.specs)} reconciliations; metrics at {server.where}; "
                               "Ctrl-C stops")

@@ -12,6 +12,7 @@ from rich.table import Table
 from wayline import compose
 from wayline.cli.output import console, guarded, job_log_file, watch
 from wayline.cli.registry import Limit, registry, show
+from wayline.core.progress import Collectors
 from wayline.core.settings import Settings
 from wayline.registry import rule
 from wayline.registry.access import ADMIN
@@ -118,7 +119,8 @@ def watch_rules(settings: Settings) -> None:
         try:
             with compose.wired(settings, console.status("starting Spark…")) as wiring:
                 job = compose.rules_job(wiring, control)
-                with compose.metrics_served(RulesMetrics(job.counters), settings.rules.metrics_host,
+                with compose.metrics_served(Collectors(RulesMetrics(job.counters), compose.job_progress(job)),
+                                            settings.rules.metrics_host,
                                             settings.rules.metrics_port, "WAYLINE_RULES__METRICS_PORT") as server:
                     console.print(f"running rules; control topic {settings.rules.control_topic}; "
                                   f"metrics at {server.where}; Ctrl-C stops")

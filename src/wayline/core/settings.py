@@ -123,6 +123,16 @@ class ApiSettings(_Section):
     test_events_per_minute: int = Field(default=10, ge=1, description="test events one endpoint may be sent per minute")
 
 
+class ConsoleSettings(_Section):
+    session_ttl_s: int = Field(
+        default=28_800, ge=60, description="a console sign-in lasts this long; then the API key is asked for again"
+    )
+    page_size: int = Field(default=50, ge=1, le=500, description="rows per page of the console's lists")
+    metrics_timeout_s: float = Field(
+        default=1.0, gt=0, description="the jobs view waits this long for each job's /metrics before calling it down"
+    )
+
+
 HttpClientName = Literal["aiohttp", "pyreqwest"]
 # The cheaper client per request that passes every transport contract test (docs/decisions.md).
 DEFAULT_HTTP_CLIENT: HttpClientName = "pyreqwest"
@@ -353,6 +363,7 @@ class Settings(BaseSettings):
     envelope: EnvelopeSettings = EnvelopeSettings()
     registry: RegistrySettings = RegistrySettings()
     api: ApiSettings = ApiSettings()
+    console: ConsoleSettings = ConsoleSettings()
     delivery: DeliverySettings = DeliverySettings()
     stack: StackSettings = StackSettings()
     rules: RulesSettings = RulesSettings()
@@ -425,6 +436,7 @@ __all__ = [
     "AuditSettings",
     "ClusterSettings",
     "CONFIG_FILE_ENV",
+    "ConsoleSettings",
     "DeliverySettings",
     "RegistrySettings",
     "RulesSettings",

@@ -67,6 +67,15 @@ def authenticate(session: Session, presented: str) -> Caller:
     return Caller(key_id=row.id, customer_id=row.customer_id)
 
 
+def caller_of(session: Session, key_id: str) -> Caller:
+    """The caller an already authenticated key stands for (a console session keeps only the
+    key's id); Unauthorized once the key is revoked or deleted."""
+    row = session.get(ApiKey, key_id)
+    if row is None or row.revoked_at is not None:
+        raise Unauthorized("this API key was revoked: sign in again with a valid one")
+    return Caller(key_id=row.id, customer_id=row.customer_id)
+
+
 def list_(session: Session, caller: Caller, cursor: str | None, limit: int, max_limit: int) -> Page[ApiKeyOut]:
     caller.require_admin()
     rows, next_cursor = page(session, select(ApiKey), ApiKey.id, cursor, limit, max_limit)
@@ -82,4 +91,4 @@ def revoke(session: Session, caller: Caller, key_id: str) -> ApiKeyOut:
     return ApiKeyOut.model_validate(row)
 
 
-__all__ = ["ApiKeyIn", "ApiKeyOut", "NewApiKey", "authenticate", "create", "list_", "revoke"]
+__all__ = ["ApiKeyIn", "ApiKeyOut", "NewApiKey", "authenticate", "caller_of", "create", "list_", "revoke"]

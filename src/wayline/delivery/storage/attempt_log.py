@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import base64
 import binascii
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
 import orjson
 from pydantic import BaseModel
-from sqlalchemy import Select, case, literal, select, tuple_, union_all
+from sqlalchemy import Float, Select, case, cast, func, literal, select, tuple_, union_all
 from sqlalchemy.orm import Session
 
 from wayline.core.errors import RejectedInput
@@ -126,4 +126,39 @@ def list_attempts(
     )
 
 
-__all__ = ["AttemptOut", "AttemptOutcome", "AttemptPage", "list_attempts"]
+class HealthBucket(BaseModel):
+    start: datetime
+    attempts: int
+    succeeded: int
+    p95_latency_ms: float | None
+
+    @property
+    def success_rate(self) -> float:
+        return self.succeeded / self.attempts if self.attempts else 1.0
+
+
+def endpoint_health(session: Session, caller: Caller, endpoint_id: str, since: datetime,
+                    bucket: timedelta | None = None) -> list[HealthBucket]:
+    """An endpoint's attempts since ``since`` in buckets of ``bucket`` (None: one bucket),
+    oldest first: how many, how many succeeded, and the 95th percentile of their latency.
+    Held deliveries were not sent, so they count for neither."""
+    owned(session, Endpoint, endpoint_id, caller, "endpoint")
+    attempts = _attempts()
+    if bucket is None:
+        start = literal(since).label("start")  # one aggregate row, even over no attempts
+    else:
+        width = bucket.total_seconds()
+        epoch = func.extract("epoch", attempts.c.attempted_at)
+        start = func.to_timestamp(func.floor(epoch / width) * width).label("start")
+    query = (
+        select(start, func.count().label("attempts"),
+               func.count().filter(attempts.c.outcome == "succeeded").label("succeeded"),
+               func.percentile_cont(0.95).within_group(cast(attempts.c.latency_ms, Float)).label("p95_latency_ms"))
+        .where(attempts.c.endpoint_id == endpoint_id, attempts.c.outcome != "held", attempts.c.attempted_at >= since)
+    )
+    if bucket is not None:
+        query = query.group_by(start).order_by(start)
+    return [HealthBucket.model_validate(row._mapping) for row in session.execute(query)]
+
+
+__all__ = ["AttemptOut", "AttemptOutcome", "AttemptPage", "HealthBucket", "endpoint_health", "list_attempts"]
