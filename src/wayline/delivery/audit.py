@@ -13,7 +13,8 @@ one *outcome* CloudEvent when that unit is settled for good; the built-in reconc
 
 ``data.event_time`` is when the job consumed or settled the unit (the audit's own clock:
 an event's own time may be days old in a backlog), ``data.topic`` the Kafka topic it
-came from. The JVM builds the consumed records and the outcomes of unmatched records
+came from — for an outcome settled where that is no longer known (a batch, the retry
+path), the batch topic or :data:`RETRIES`. The JVM builds the consumed records and the outcomes of unmatched records
 (:mod:`wayline.pipelines.routing`); the sending tasks build the pairs' outcomes here.
 """
 
@@ -34,6 +35,8 @@ DELIVERED = "delivered"
 DEAD_LETTERED = "dead_lettered"
 FILTERED = "filtered"
 QUARANTINED = "quarantined"
+RETRIES = "wayline.retries"
+"""``data.topic`` of the outcomes the retry path settles."""
 
 
 def event_type(kind: str) -> str:
@@ -65,9 +68,10 @@ def final_outcome(state: State) -> tuple[Pending, str] | None:
     return None
 
 
-def outcome_events(states: Iterable[State], topics: Mapping[str, str], at: datetime) -> list[tuple[bytes, bytes]]:
+def outcome_events(states: Iterable[State], topics: Mapping[str, str], otherwise: str,
+                   at: datetime) -> list[tuple[bytes, bytes]]:
     """(key, value) of the outcome record of every event in the states that are final;
-    ``topics`` gives each event id's Kafka topic, where known."""
+    ``topics`` gives each event id's Kafka topic where known, ``otherwise`` the rest's."""
     events = []
     for state in states:
         final = final_outcome(state)
@@ -76,11 +80,12 @@ def outcome_events(states: Iterable[State], topics: Mapping[str, str], at: datet
         pending, outcome = final
         for event_id in pending.event_ids:
             record = pair_record(pending.subscription_id, event_id)
-            events.append((record.encode(), audit_event(OUTCOMES, record, outcome, event_id, topics.get(event_id), at)))
+            events.append((record.encode(), audit_event(OUTCOMES, record, outcome, event_id,
+                                                           topics.get(event_id, otherwise), at)))
     return events
 
 
 __all__ = [
-    "CONSUMED", "DEAD_LETTERED", "DELIVERED", "FILTERED", "OUTCOMES", "QUARANTINED", "SOURCE", "TENANT",
+    "CONSUMED", "DEAD_LETTERED", "DELIVERED", "FILTERED", "OUTCOMES", "QUARANTINED", "RETRIES", "SOURCE", "TENANT",
     "audit_event", "event_type", "final_outcome", "outcome_events", "pair_record",
 ]

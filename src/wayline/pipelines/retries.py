@@ -39,6 +39,8 @@ from pyspark.sql.streaming import StreamingQuery
 from wayline.core.errors import RejectedInput
 from wayline.core.kafka import ensure_topics
 from wayline.core.settings import Settings
+from wayline.delivery.attempt import State
+from wayline.delivery.audit import RETRIES
 from wayline.delivery.holder import SnapshotHolder
 from wayline.delivery.metrics import DeliveryMetrics
 from wayline.delivery.operations import OperationsProducer, dead_lettered_events, endpoint_disabled_event
@@ -46,9 +48,9 @@ from wayline.delivery.outcomes import BatchSummary, Tally
 from wayline.delivery.stage import StageSettings
 from wayline.delivery.storage.drain import Failing, RetryQueue, run_retry_stage
 from wayline.delivery.targets import Target, target_of
-from wayline.pipelines.delivery import DELIVERY_CALLER, disable_gone
+from wayline.pipelines.delivery import DELIVERY_CALLER, disable_gone, ensure_delivery_topics
 from wayline.pipelines.micro_batch import concise_failures
-from wayline.pipelines.sending import TALLY_SCHEMA, task_settings
+from wayline.pipelines.sending import TALLY_SCHEMA, task_settings, write_outcomes
 from wayline.pipelines.worker import worker_pool
 from wayline.registry.db import Database
 from wayline.registry.endpoint import EndpointPatch, EndpointService
@@ -95,10 +97,12 @@ class ShardDrainer:
             return
         pool = worker_pool(self._settings)
         tally = Tally()
+        settled: list[State] = []
         for shard in shards:
             claims = pool.queue.claim(shard, self._shards, self._claim_limit, self._lease, datetime.now(timezone.utc))
             tally.merge(run_retry_stage(claims, self._targets.value, pool.queue, pool.transport, self._stage,
-                                        run=pool.run))
+                                        run=pool.run, on_settled=settled.extend))
+        write_outcomes(pool, self._settings, settled, {}, RETRIES)
         yield pa.RecordBatch.from_pylist(tally.rows(), schema=TALLY_SCHEMA)
 
 
@@ -144,6 +148,7 @@ def start_retries(
     )
     holder.current()
     ensure_topics(settings.kafka_bootstrap(), [delivery.operations_topic], settings.kafka.topic_partitions)
+    ensure_delivery_topics(settings)  # the self-audit's outcomes of what this path settles
     producer = OperationsProducer(settings.kafka_bootstrap(), delivery.operations_topic)
     queue = RetryQueue(database.engine)
     for_tasks = task_settings(settings)

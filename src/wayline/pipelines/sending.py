@@ -20,7 +20,7 @@ Outcomes and records are written before the micro-batch commits, so a replay fin
 from __future__ import annotations
 
 import time
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from datetime import datetime, timezone
 
 import pyarrow as pa
@@ -38,7 +38,7 @@ from wayline.delivery.attempt import Kind, Pending, State
 from wayline.delivery.outcomes import BatchSummary, Outcome
 from wayline.delivery.stage import Blocked, DeliveryStore, StageSettings, run_stage
 from wayline.delivery.targets import Target
-from wayline.pipelines.worker import worker_pool
+from wayline.pipelines.worker import WorkerPool, worker_pool
 
 _SEND_FIELDS = (
     ("kind", "string"), ("subscription_id", "string"), ("endpoint_id", "string"), ("event_ids", "array<string>"),
@@ -110,10 +110,7 @@ class PartitionSender:
             store = _Keeping(pool.store)
             summary.deliveries = run_stage(pendings, self._targets.value, store, pool.transport, self._stage,
                                            failing=self._failing, run=pool.run)
-            checked = self._settings.audit
-            if checked.enabled:
-                outcomes = audit.outcome_events(store.states, topics, datetime.now(timezone.utc))
-                produce_all(pool.producer, (KafkaRecord(checked.outcomes_topic, key, value) for key, value in outcomes))
+            write_outcomes(pool, self._settings, store.states, topics, self._settings.delivery.batch_topic)
             summary.phase_seconds["send"] += time.perf_counter() - started
         yield pa.RecordBatch.from_pylist([{"summary": summary.to_json()}], schema=SUMMARY_SCHEMA)
 
@@ -134,6 +131,14 @@ class _Keeping:
     def record(self, states: Sequence[State]) -> None:
         self._store.record(states)
         self.states.extend(states)
+
+
+def write_outcomes(pool: WorkerPool, settings: Settings, states: Sequence[State], topics: Mapping[str, str],
+                   otherwise: str) -> None:
+    """The self-audit's outcome records of the final ``states``, acknowledged (with ``audit.enabled``)."""
+    if settings.audit.enabled:
+        outcomes = audit.outcome_events(states, topics, otherwise, datetime.now(timezone.utc))
+        produce_all(pool.producer, (KafkaRecord(settings.audit.outcomes_topic, key, value) for key, value in outcomes))
 
 
 def _pendings(batch: pa.RecordBatch, now: datetime, topics: dict[str, str]) -> list[Pending]:
@@ -177,7 +182,7 @@ def task_settings(settings: Settings) -> Settings:
         postgres=PostgresSettings(dsn=SecretStr(settings.postgres_dsn())),
         kafka=KafkaSettings(bootstrap_servers=settings.kafka_bootstrap()),
         registry=RegistrySettings(url_allow_list=settings.registry.url_allow_list),
-        delivery=DeliverySettings(http_client=settings.delivery.http_client),
+        delivery=DeliverySettings(http_client=settings.delivery.http_client, batch_topic=settings.delivery.batch_topic),
         audit=settings.audit,
     )
 
@@ -209,4 +214,5 @@ def send(work: DataFrame, sender: PartitionSender, partitions: int | None = None
 
 __all__ = [
     "SEND_SCHEMA", "SUMMARY_SCHEMA", "TALLY_SCHEMA", "WORK_SCHEMA", "PartitionSender", "as_work", "send", "task_settings",
+    "write_outcomes",
 ]

@@ -296,22 +296,28 @@ def run_retry_stage(
     clock: Callable[[], datetime] = utc_now,
     rng: Random | None = None,
     run: Run[list[State]] = asyncio.run,
+    on_settled: Callable[[Sequence[State]], None] = lambda _: None,
 ) -> Tally:
     """Attempt the claimed deliveries once more and settle them as they finish; what happened, in counts.
 
     Deliveries to a subscription that is disabled or whose endpoint answered 410 Gone are
-    dead-lettered unsent, as on the main path."""
+    dead-lettered unsent, as on the main path. ``on_settled`` hears of each batch of
+    states once it is kept."""
     tally = Tally()
     if not claims:
         return tally
     pendings = [c.pending for c in claims]
     gone = queue.blocked({p.subscription_id for p in pendings}, ()).gone
     unsent: list[State] = [abandon(p) for p in pendings if p.subscription_id in gone]
+
+    def settle(batch: Sequence[State]) -> None:
+        queue.settle(claims, batch, clock())
+        on_settled(batch)
+
     if unsent:
-        queue.settle(claims, unsent, clock())
+        settle(unsent)
     todo = [p for p in pendings if p.subscription_id not in gone]
-    states = unsent + (attempt_all(todo, targets, transport, settings,
-                                   lambda batch: queue.settle(claims, batch, clock()), clock=clock, rng=rng, run=run)
+    states = unsent + (attempt_all(todo, targets, transport, settings, settle, clock=clock, rng=rng, run=run)
                        if todo else [])
     for state in states:
         tally.settled(state)
