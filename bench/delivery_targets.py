@@ -514,8 +514,14 @@ def _cell(values: list[Any]) -> str:
         return ""
     # None: not reached within the run (a catch-up that never came).
     numbers = [v if v is not None else math.inf for v in values]
-    shown = " · ".join(f"{v:,.3g}" for v in numbers)
-    return f"**{statistics.median(numbers):,.3g}** ({shown})" if len(numbers) > 1 else f"{numbers[0]:,.3g}"
+    shown = " · ".join(_number(v) for v in numbers)
+    return f"**{_number(statistics.median(numbers))}** ({shown})" if len(numbers) > 1 else _number(numbers[0])
+
+
+def _number(value: float) -> str:
+    if math.isinf(value):
+        return "—"
+    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
 
 
 # --- Main -------------------------------------------------------------------------------------
