@@ -502,7 +502,8 @@ def table(results: list[dict[str, Any]]) -> str:
     lines = ["| measure | figure | " + " | ".join(systems) + " |", "| --- | --- |" + " --- |" * len(systems)]
     for measure in dict.fromkeys(r["measure"] for r in results):
         for figure in FIGURES:
-            cells = [_cell([r.get(figure) for r in results if r["measure"] == measure and r["system"] == s])
+            cells = [_cell([r[figure] for r in results
+                            if r["measure"] == measure and r["system"] == s and figure in r])
                      for s in systems]
             if any(cells):
                 lines.append(f"| {measure} | {figure} | " + " | ".join(cells) + " |")
@@ -510,7 +511,7 @@ def table(results: list[dict[str, Any]]) -> str:
 
 
 def _cell(values: list[Any]) -> str:
-    if not any(isinstance(v, int | float) for v in values):
+    if not values:
         return ""
     # None: not reached within the run (a catch-up that never came).
     numbers = [v if v is not None else math.inf for v in values]
