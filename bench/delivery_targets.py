@@ -67,6 +67,7 @@ from wayline.pipelines.delivery import start_delivery
 from wayline.pipelines.source import read_kafka
 from wayline.registry.db import Database
 from wayline.registry.endpoint import EndpointService
+from wayline.registry.subscription import Mode
 from wayline.stack import loadgen
 from wayline.stack.seed import seed
 from wayline.stack.spark import spark_session
@@ -267,7 +268,7 @@ class Bench:
     trust: Callable[[dict[str, list[str]]], None]
     args: argparse.Namespace
 
-    def settings_for(self, prefix: str, tag: str, mode: str) -> Settings:
+    def settings_for(self, prefix: str, tag: str, mode: Mode) -> Settings:
         """The job's and the floor's settings for one measurement: its topics, and the flags."""
         args, base = self.args, self.settings
         per_trigger = args.per_trigger if mode == "streaming" else args.batch_per_trigger
@@ -289,10 +290,10 @@ class Running:
     pid: int | None = None
 
 
-def start_plain(bench: Bench, prefix: str, tag: str, mode: str) -> Running:
+def start_plain(bench: Bench, prefix: str, tag: str, mode: Mode) -> Running:
     routes: dict[str, list[plain_sender.Route]] = {}
     secrets: dict[str, list[str]] = {}
-    for endpoint in shape(mode, tag):  # type: ignore[arg-type]
+    for endpoint in shape(mode, tag):
         secrets[endpoint.path] = [Secret.generate().text]
         for n, sub in enumerate(endpoint.subscriptions):
             route = plain_sender.Route(bench.receiver_url + endpoint.path, f"{endpoint.path}#{n}",
@@ -301,7 +302,7 @@ def start_plain(bench: Bench, prefix: str, tag: str, mode: str) -> Running:
                 routes.setdefault(event_type, []).append(route)
     bench.trust(secrets)
     config = plain_sender.SenderConfig(bench.settings.kafka_bootstrap(), loadgen.topics(prefix),
-                                       bench.settings.kafka.topic_partitions, routes, mode)  # type: ignore[arg-type]
+                                       bench.settings.kafka.topic_partitions, routes, mode)
     stopping = SPAWN.Event()
     process = SPAWN.Process(target=plain_sender.run, args=(config, stopping))
     process.start()
@@ -315,7 +316,7 @@ def start_plain(bench: Bench, prefix: str, tag: str, mode: str) -> Running:
     return Running(ReceiverArrivals(bench.receiver_url, f"/{tag}/"), process.is_alive, stop, process.pid)
 
 
-def start_floor(bench: Bench, prefix: str, tag: str, mode: str) -> Running:
+def start_floor(bench: Bench, prefix: str, tag: str, mode: Mode) -> Running:
     from pyspark.sql import functions as F  # noqa: N812 - Spark's own convention
 
     settings = bench.settings_for(prefix, tag, mode)
@@ -333,10 +334,10 @@ def start_floor(bench: Bench, prefix: str, tag: str, mode: str) -> Running:
     return Running(tally, lambda: query.isActive, query.stop)
 
 
-def start_job(bench: Bench, prefix: str, tag: str, mode: str) -> Running:
+def start_job(bench: Bench, prefix: str, tag: str, mode: Mode) -> Running:
     settings = bench.settings_for(prefix, tag, mode)
     endpoints = EndpointService.from_settings(settings)
-    bench.trust(seed(bench.database, endpoints, bench.receiver_url, shape(mode, tag)).secrets)  # type: ignore[arg-type]
+    bench.trust(seed(bench.database, endpoints, bench.receiver_url, shape(mode, tag)).secrets)
     job = start_delivery(bench.spark, settings, bench.database, endpoints, DeliveryMetrics(),
                          checkpoint=settings.checkpoint_root / "delivery" / tag)
 
@@ -348,12 +349,12 @@ def start_job(bench: Bench, prefix: str, tag: str, mode: str) -> Running:
     return Running(ReceiverArrivals(bench.receiver_url, f"/{tag}/"), alive, job.stop)
 
 
-STARTERS: dict[str, Callable[[Bench, str, str, str], Running]] = {
+STARTERS: dict[str, Callable[[Bench, str, str, Mode], Running]] = {
     "plain": start_plain, "floor": start_floor, "job": start_job}
 
 
 @contextmanager
-def running(bench: Bench, system: str, prefix: str, tag: str, mode: str) -> Iterator[tuple[Running, MemorySampler]]:
+def running(bench: Bench, system: str, prefix: str, tag: str, mode: Mode) -> Iterator[tuple[Running, MemorySampler]]:
     started = STARTERS[system](bench, prefix, tag, mode)
     try:
         with MemorySampler(started.pid) as memory:
@@ -446,7 +447,7 @@ def catch_up(arrivals: Arrivals, after: dict[str, Any], calm_p99: float | None) 
     return None
 
 
-def backlog(bench: Bench, system: str, tag: str, prefix: str, events: int, mode: str) -> dict[str, Any]:
+def backlog(bench: Bench, system: str, tag: str, prefix: str, events: int, mode: Mode) -> dict[str, Any]:
     """A backlog already in ``prefix``'s topics, drained from the system's start."""
     began = time.time()
     with running(bench, system, prefix, tag, mode) as (started, memory):
@@ -470,7 +471,7 @@ def one_round(bench: Bench, run: int, scenario: str) -> list[dict[str, Any]]:
     measurements: list[tuple[str, Callable[[], dict[str, Any]]]]
     if scenario in ("backlog", "batch"):
         events = args.backlog_events if scenario == "backlog" else args.batch_events
-        mode = "streaming" if scenario == "backlog" else "batch"
+        mode: Mode = "streaming" if scenario == "backlog" else "batch"
         # One backlog per round, drained by each system in turn from its own start.
         prefix = fresh_topics(bench, f"{stamp}{scenario}")
         loadgen.produce(bench.settings.kafka_bootstrap(),

@@ -21,7 +21,6 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from multiprocessing.synchronize import Event
-from typing import Literal
 
 import aiohttp
 import orjson
@@ -29,9 +28,9 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from wayline.core.secret import Secret
 from wayline.delivery.signing import batch_message_id, message_id, signed_headers
+from wayline.registry.subscription import Mode
 
 BATCH_CONTENT_TYPE = "application/cloudevents-batch+json"
-Mode = Literal["streaming", "batch"]
 
 
 @dataclass(frozen=True)
