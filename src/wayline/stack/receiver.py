@@ -4,7 +4,10 @@ It accepts POSTs on any path, checks each request's Standard Webhooks signature 
 ``standardwebhooks`` reference package (secrets per path; a bad signature is a 401 and
 counted), counts requests and events per path — a CloudEvents batch counts each event —
 and measures end-to-end latency from each event's ``time`` to its arrival. ``GET /stats``
-returns the counts as JSON. It runs on an event loop in a background thread, so a demo or
+returns the counts per path as JSON; ``GET /totals?prefix=…&sent_from=…&sent_to=…`` the
+counts of every path under a prefix together, with the latency quantiles over the events
+whose ``time`` (epoch seconds) falls in that window only: a benchmark's phase, such as
+before, during and after a spike. It runs on an event loop in a background thread, so a demo or
 benchmark can keep working while it serves (or as its own process: ``wayline receive``,
 which trusts the secrets given to it or those of the registry's endpoints at its address).
 """
@@ -12,8 +15,10 @@ which trusts the secrets given to it or those of the registry's endpoints at its
 from __future__ import annotations
 
 import asyncio
+import math
 import threading
 import time
+from array import array
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -32,8 +37,9 @@ from wayline.registry.endpoint import EndpointService
 from wayline.registry.models import Endpoint
 
 BATCH_CONTENT_TYPE = "application/cloudevents-batch+json"
-# Latency samples kept per path: the first ones are enough for medians and p99s.
-MAX_SAMPLES = 200_000
+# Latency samples kept per path: the first ones are enough for medians and p99s. Two
+# doubles each (16 bytes): a benchmark's 2 million events per path cost 32 MB.
+MAX_SAMPLES = 2_000_000
 
 
 @dataclass
@@ -42,25 +48,33 @@ class PathStats:
     events: int = 0
     rejected: int = 0
     """Requests whose signature did not verify."""
-    latencies_s: list[float] = field(default_factory=list)
+    sent_at: array[float] = field(default_factory=lambda: array("d"))
+    """Each sampled event's ``time`` (epoch seconds), beside its latency."""
+    latencies_s: array[float] = field(default_factory=lambda: array("d"))
     first_at: float | None = None
     last_at: float | None = None
     """Epoch seconds of the first and the latest request."""
 
-    def observe(self, latency_s: float) -> None:
+    def observe(self, sent_at: float, arrived_at: float) -> None:
         if len(self.latencies_s) < MAX_SAMPLES:
-            self.latencies_s.append(latency_s)
+            self.sent_at.append(sent_at)
+            self.latencies_s.append(arrived_at - sent_at)
 
-    def quantile(self, q: float) -> float | None:
-        if not self.latencies_s:
-            return None
-        ordered = sorted(self.latencies_s)
-        return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+    def latencies(self, sent_from: float = -math.inf, sent_to: float = math.inf) -> list[float]:
+        """The latencies of the sampled events whose ``time`` is in [sent_from, sent_to), in order."""
+        return sorted(lat for sent, lat in zip(self.sent_at, self.latencies_s, strict=True)
+                      if sent_from <= sent < sent_to)
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self, sent_from: float = -math.inf, sent_to: float = math.inf) -> dict[str, Any]:
+        ordered = self.latencies(sent_from, sent_to)
         return {"requests": self.requests, "events": self.events, "rejected": self.rejected,
-                "latency_p50_s": self.quantile(0.5), "latency_p99_s": self.quantile(0.99),
+                "latency_samples": len(ordered),
+                "latency_p50_s": _quantile(ordered, 0.5), "latency_p99_s": _quantile(ordered, 0.99),
                 "first_at": self.first_at, "last_at": self.last_at}
+
+
+def _quantile(ordered: list[float], q: float) -> float | None:
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else None
 
 
 def _event_time(event: Any) -> float | None:
@@ -119,30 +133,45 @@ class Receiver:
             for event in events:
                 sent = _event_time(event)
                 if sent is not None:
-                    stats.observe(arrived - sent)
+                    stats.observe(sent, arrived)
         return web.Response(status=204) if verified else web.Response(status=401, text="bad signature")
 
     async def stats_response(self, _request: web.Request) -> web.Response:
         return web.json_response(self.stats())
 
+    async def totals_response(self, request: web.Request) -> web.Response:
+        try:
+            window = {name: float(request.query[name]) for name in ("sent_from", "sent_to") if name in request.query}
+        except ValueError:
+            return web.json_response({"error": {"code": "bad_window",
+                                                "message": "sent_from and sent_to are epoch seconds"}}, status=400)
+        totals = self.totals(request.query.get("prefix", "/"))
+        return web.json_response(totals.as_dict(**window))
+
     def stats(self) -> dict[str, dict[str, Any]]:
         with self._lock:
             return {path: stats.as_dict() for path, stats in sorted(self._stats.items())}
 
-    def totals(self) -> PathStats:
-        """Every path's counts and latency samples together."""
+    def totals(self, prefix: str = "/") -> PathStats:
+        """The counts and latency samples of every path under ``prefix`` together."""
         with self._lock:
             total = PathStats()
-            for stats in self._stats.values():
+            for path, stats in self._stats.items():
+                if not path.startswith(prefix):
+                    continue
                 total.requests += stats.requests
                 total.events += stats.events
                 total.rejected += stats.rejected
+                total.sent_at.extend(stats.sent_at)
                 total.latencies_s.extend(stats.latencies_s)
+                total.first_at = min(filter(None, (total.first_at, stats.first_at)), default=None)
+                total.last_at = max(filter(None, (total.last_at, stats.last_at)), default=None)
         return total
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_get("/stats", self.stats_response)
+        app.router.add_get("/totals", self.totals_response)
         app.router.add_post("/{path:.*}", self.handle)
         return app
 

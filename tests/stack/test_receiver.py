@@ -1,0 +1,47 @@
+"""The local receiver's totals: counted per prefix, latency quantiles per event-time window."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+
+import httpx
+import orjson
+
+from wayline.core.secret import Secret
+from wayline.delivery.signing import signed_headers
+from wayline.stack.receiver import Receiver, ReceiverServer
+
+
+def post(url: str, path: str, secret: Secret, event_id: str, sent: float) -> None:
+    body = orjson.dumps({"id": event_id, "time": datetime.fromtimestamp(sent, UTC).isoformat()})
+    headers = signed_headers(f"msg_{event_id}", int(time.time()), body, [secret]) | {
+        "content-type": "application/json"}
+    assert httpx.post(f"{url}{path}", content=body, headers=headers).status_code == 204
+
+
+def test_totals_sum_the_paths_under_a_prefix_and_take_quantiles_in_the_window_asked() -> None:
+    secret = Secret.generate()
+    paths = ["/run/job/0", "/run/job/1", "/run/plain/0"]
+    server = ReceiverServer(Receiver({path: [secret.text] for path in paths}))
+    try:
+        now = time.time()
+        # Old events (about 100 s late) and fresh ones (well under 100 s) on two paths of one prefix.
+        for n in range(10):
+            post(server.url, paths[n % 2], secret, f"old-{n}", now - 100)
+            post(server.url, paths[n % 2], secret, f"new-{n}", now)
+        post(server.url, paths[2], secret, "other", now - 1000)
+
+        everything = httpx.get(f"{server.url}/totals", params={"prefix": "/run/job/"}).json()
+        fresh = httpx.get(f"{server.url}/totals", params={"prefix": "/run/job/", "sent_from": now - 50}).json()
+        stale = httpx.get(f"{server.url}/totals", params={"prefix": "/run/job/", "sent_to": now - 50}).json()
+        bad = httpx.get(f"{server.url}/totals", params={"sent_from": "soon"})
+    finally:
+        server.close()
+
+    assert (everything["requests"], everything["events"], everything["rejected"]) == (20, 20, 0)
+    assert everything["latency_samples"] == 20 and everything["latency_p99_s"] >= 100
+    assert fresh["latency_samples"] == 10 and fresh["latency_p99_s"] < 50
+    assert stale["latency_samples"] == 10 and stale["latency_p50_s"] >= 100
+    assert everything["first_at"] <= everything["last_at"]
+    assert bad.status_code == 400 and bad.json()["error"]["code"] == "bad_window"
