@@ -272,8 +272,10 @@ class Bench:
         """The job's and the floor's settings for one measurement: its topics, and the flags."""
         args, base = self.args, self.settings
         per_trigger = args.per_trigger if mode == "streaming" else args.batch_per_trigger
-        kafka = {"event_topic_prefix": prefix} | ({"max_offsets_per_trigger": per_trigger} if per_trigger else {})
+        kafka = {"event_topic_prefix": prefix}
         delivery = {"batch_topic": f"wayline.bench.{tag}.batching", "metrics_port": 0, "retry_metrics_port": 0}
+        if per_trigger:
+            delivery["max_offsets_per_trigger"] = per_trigger
         for name, value in (("trigger_interval_s", args.trigger_interval), ("send_partitions", args.send_partitions),
                             ("stage_deadline_s", args.deadline)):
             if value is not None:
@@ -327,7 +329,8 @@ def start_floor(bench: Bench, prefix: str, tag: str, mode: Mode) -> Running:
         rows = frame.groupBy(bucket).count().collect()
         tally.add([(row["bucket"] * BUCKET_MS / 1000, row["count"]) for row in rows], time.time())
 
-    query = (read_kafka(bench.spark, settings).writeStream.foreachBatch(each)
+    query = (read_kafka(bench.spark, settings, max_offsets_per_trigger=settings.delivery.max_offsets_per_trigger)
+             .writeStream.foreachBatch(each)
              .trigger(processingTime=f"{settings.delivery.trigger_interval_s} seconds")
              .option("checkpointLocation", str(settings.checkpoint_root / "floor" / tag))
              .start())
@@ -545,8 +548,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--spike-calm-seconds", type=float, default=30, help="at the base rate, before and after")
     # Unset: the job's own defaults (whatever the job is when this runs); the floor uses the same.
     parser.add_argument("--trigger-interval", type=float, help="delivery.trigger_interval_s")
-    parser.add_argument("--per-trigger", type=int, help="kafka.max_offsets_per_trigger in streaming scenarios")
-    parser.add_argument("--batch-per-trigger", type=int, help="kafka.max_offsets_per_trigger in the batch scenario")
+    parser.add_argument("--per-trigger", type=int, help="delivery.max_offsets_per_trigger in streaming scenarios")
+    parser.add_argument("--batch-per-trigger", type=int, help="delivery.max_offsets_per_trigger in the batch scenario")
     parser.add_argument("--send-partitions", type=int, help="delivery.send_partitions")
     parser.add_argument("--deadline", type=float, help="delivery.stage_deadline_s")
     args = parser.parse_args()
