@@ -162,12 +162,10 @@ def _count_records(batch: pa.RecordBatch, summary: BatchSummary) -> list[KafkaRe
     records = batch.filter(pc.is_in(kinds, _RECORDS))
     written = []
     for row in records.select(["kind", "topic", "key", "body", "headers", "reason", "event_ids"]).to_pylist():
-        if row["kind"] == "audit":
-            pass
-        elif row["reason"] is None:
-            summary.held += len(row["event_ids"])
-        else:
+        if row["reason"] is not None:
             summary.quarantined[row["reason"]] += 1
+        elif row["kind"] == "record":  # a bundle: its events wait for their batch
+            summary.held += len(row["event_ids"])
         written.append(KafkaRecord(row["topic"], row["key"], row["body"],
                                    [(h["key"], h["value"]) for h in row["headers"] or ()]))
     return written
