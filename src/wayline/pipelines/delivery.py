@@ -58,7 +58,7 @@ from wayline.pipelines.envelope import ENVELOPE_COLUMNS, parse_events
 from wayline.pipelines.matching import match_events, match_keys_frame
 from wayline.pipelines.micro_batch import concise_failures
 from wayline.pipelines.sending import PartitionSender, send, task_settings
-from wayline.pipelines.source import read_kafka, write_quarantine, write_to_kafka
+from wayline.pipelines.source import delivered_topic_pattern, read_kafka, write_quarantine, write_to_kafka
 from wayline.registry import subscription
 from wayline.registry.access import Caller
 from wayline.registry.db import Database
@@ -360,7 +360,7 @@ def start_delivery(
         record(BatchSummary(deliveries=tally, registry_version=live.version, phase_seconds=phases))
 
     writer = (
-        read_kafka(spark, settings)
+        read_kafka(spark, settings, delivered_topic_pattern(settings))
         .writeStream.queryName("wayline-delivery")
         .option("checkpointLocation", str(root / "matching"))
         .foreachBatch(concise_failures("wayline-delivery", match_and_send))

@@ -18,6 +18,13 @@ def event_topic_pattern(settings: Settings) -> str:
     return "^" + re.escape(settings.kafka.event_topic_prefix) + ".*"
 
 
+def delivered_topic_pattern(settings: Settings) -> str:
+    """What the delivery job reads: the event topics and the rules' alert topics, whose
+    events customers subscribe to like any others (the rules job reads only the former)."""
+    prefixes = (settings.kafka.event_topic_prefix, settings.kafka.alert_topic_prefix)
+    return "^(?:" + "|".join(map(re.escape, prefixes)) + ").*"
+
+
 def read_kafka(spark: SparkSession, settings: Settings, pattern: str | None = None) -> DataFrame:
     """A streaming DataFrame of raw Kafka records from the topics matching ``pattern`` (default:
     every event topic); offsets live in the query's checkpoint."""
@@ -52,4 +59,4 @@ def write_quarantine(parsed: DataFrame, settings: Settings) -> int:
     return truncated
 
 
-__all__ = ["event_topic_pattern", "read_kafka", "write_quarantine", "write_to_kafka"]
+__all__ = ["delivered_topic_pattern", "event_topic_pattern", "read_kafka", "write_quarantine", "write_to_kafka"]
