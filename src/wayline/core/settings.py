@@ -229,7 +229,16 @@ class RulesSettings(_Section):
     control_topic: str = Field(
         default="wayline.rules.control", description="compacted topic of rule definitions, keyed by rule name"
     )
-    version_poll_s: float = Field(default=1.0, gt=0, description="the rules version is read at most this often")
+    version_poll_s: float = Field(
+        default=1.0, gt=0,
+        description="the rules version, and the versions of the reference tables join rules read, are read at most "
+                    "this often",
+    )
+    join_starting_offsets: Literal["latest", "earliest"] = Field(
+        default="latest",
+        description="where a new join rule's query starts reading the event topics (its own query, restarted on its "
+                    "checkpoint afterwards): latest, as a rule deployed into the running job applies from then on",
+    )
     trigger_interval_s: float = Field(default=0.5, gt=0, description="a micro-batch starts at most this often")
     allowed_lateness_s: float = Field(
         default=5.0, ge=0, description="the watermark trails the newest event time by this much"

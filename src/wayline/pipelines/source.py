@@ -25,14 +25,16 @@ def delivered_topic_pattern(settings: Settings) -> str:
     return "^(?:" + "|".join(map(re.escape, prefixes)) + ").*"
 
 
-def read_kafka(spark: SparkSession, settings: Settings, pattern: str | None = None) -> DataFrame:
+def read_kafka(spark: SparkSession, settings: Settings, pattern: str | None = None,
+               starting_offsets: str | None = None) -> DataFrame:
     """A streaming DataFrame of raw Kafka records from the topics matching ``pattern`` (default:
-    every event topic); offsets live in the query's checkpoint."""
+    every event topic), from ``starting_offsets`` on a new checkpoint (default:
+    ``kafka.starting_offsets``); offsets live in the query's checkpoint."""
     return (
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", settings.kafka_bootstrap())
         .option("subscribePattern", pattern or event_topic_pattern(settings))
-        .option("startingOffsets", settings.kafka.starting_offsets)
+        .option("startingOffsets", starting_offsets or settings.kafka.starting_offsets)
         # Back-pressure: a burst is worked off in bounded micro-batches, not all at once.
         .option("maxOffsetsPerTrigger", settings.kafka.max_offsets_per_trigger)
         .option("includeHeaders", "true")

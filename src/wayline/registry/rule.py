@@ -32,7 +32,7 @@ from sqlalchemy.orm import Session
 
 from wayline.core.errors import Conflict, NotFound, RejectedInput
 from wayline.core.settings import Settings
-from wayline.registry import catalog
+from wayline.registry import catalog, reference
 from wayline.registry.access import Caller, Page, page
 from wayline.registry.ids import new_id
 from wayline.registry.models import Rule, RulesVersion
@@ -153,6 +153,15 @@ class RulePolicy:
         return compiled
 
 
+def _check_reference(session: Session, compiled: CompiledRule) -> None:
+    """A join rule's reference table must exist when the rule is submitted."""
+    table = compiled.join.table if compiled.join is not None else None
+    if table is not None and not reference.exists(session, table):
+        raise RejectedInput(
+            f"JOIN reference.{table}: there is no reference table {table}; create it first (POST /reference-tables)"
+        )
+
+
 def compile_definition(sql: str, partition_key: list[str] | None) -> CompiledRule:
     """Check and compile a rule's SQL and partition key (the job recompiles stored rules with it)."""
     key = tuple(parse_key(text) for text in partition_key) if partition_key is not None else None
@@ -162,6 +171,7 @@ def compile_definition(sql: str, partition_key: list[str] | None) -> CompiledRul
 def create(session: Session, caller: Caller, body: RuleIn, policy: RulePolicy) -> RuleOut:
     caller.require_admin()
     compiled = policy.compile(body.sql, body.partition_key)
+    _check_reference(session, compiled)
     policy.check_topic(body.output_topic)
     if session.scalar(select(Rule.id).where(Rule.name == body.name)) is not None:
         raise Conflict(f"name: a rule named {body.name} exists already")
@@ -210,6 +220,7 @@ def update(session: Session, caller: Caller, rule_id: str, body: RulePatch, poli
         sql = changes.get("sql", row.sql)
         # A partition key left out of the change follows the (possibly new) SQL.
         compiled = policy.compile(sql, changes.get("partition_key"))
+        _check_reference(session, compiled)
         new_key = [key_name(path) for path in compiled.partition_key]
         if sql != row.sql or new_key != list(row.partition_key) or compiled.kind.value != row.kind:
             row.sql, row.kind, row.partition_key = sql, compiled.kind.value, new_key
