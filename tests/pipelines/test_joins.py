@@ -119,6 +119,9 @@ def joined(settings: Settings, spark, database, admin_api: str, admin_key: str,
     finally:
         job.stop()
         outputs.consumer.close()
+        # Other tests' rules jobs run every running rule: these would start join queries there.
+        for rule in rules.values():
+            api.delete(f"/rules/{rule['id']}")
         api.close()
 
 

@@ -20,6 +20,7 @@ import orjson
 import pytest
 from aiohttp import web
 from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient
 from standardwebhooks import Webhook
 
 from tests.delivery.receivers import Receivers
@@ -111,7 +112,16 @@ def delivered(api_settings: Settings, database, spark, admin_api: str, admin_key
             retries.stop()
             delivery.stop()
             rules.stop()
+            # Other tests' jobs run every running rule and deliver every alert topic: without
+            # the rule and the subscription, nothing more reaches this test's endpoint.
+            api.delete(f"/subscriptions/{subscribed.json()['id']}")
+            api.delete(f"/rules/{rule.json()['id']}")
             api.close()
+            # Other tests' delivery jobs read every alert topic (kafka.alert_topic_prefix) and
+            # count what they read.
+            kafka_admin = AdminClient({"bootstrap.servers": bootstrap})
+            for future in kafka_admin.delete_topics([alert_topic]).values():
+                future.result(30)
         yield {"requests": list(recorder.on("/alerts")), "secret": endpoint["secret"], "rule": rule.json(),
                "subscription": subscribed.json(), "alert_type": alert_type}
 

@@ -173,10 +173,9 @@ def runs(settings: Settings, database, tmp_path_factory: pytest.TempPathFactory)
     ensure_topics(bootstrap, list(topics.values()), 1)
     policy = rule_service.RulePolicy.from_settings(settings)
     with database.transaction() as session:
-        for name, sql in RULES.items():
-            rule_service.create(session, ADMIN, rule_service.RuleIn(
-                name=f"crash-{name}-{suffix}", sql=sql, output_topic=topics[name], output_type=f"crash.{name}"),
-                policy)
+        created = [rule_service.create(session, ADMIN, rule_service.RuleIn(
+            name=f"crash-{name}-{suffix}", sql=sql, output_topic=topics[name], output_type=f"crash.{name}"), policy)
+            for name, sql in RULES.items()]
     environment = job_environment(prefix, f"wayline.rules.control.crash{suffix}")
     outputs = Outputs(bootstrap, topics)
 
@@ -224,6 +223,10 @@ def runs(settings: Settings, database, tmp_path_factory: pytest.TempPathFactory)
         }
     finally:
         outputs.consumer.close()
+        # Other tests' rules jobs run every running rule.
+        with database.transaction() as session:
+            for rule in created:
+                rule_service.delete(session, ADMIN, rule.id)
 
 
 def test_the_job_was_killed_mid_stream(runs: dict[str, Any]) -> None:
