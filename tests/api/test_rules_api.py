@@ -80,3 +80,31 @@ def test_bad_fields_and_duplicates_are_rejected(admin, make_customer) -> None:
     assert error(admin.post("/rules", json=taken))[:2] == (409, "conflict")
     _, customer_client = make_customer()
     assert error(customer_client.post("/rules", json=body()))[:2] == (403, "forbidden")
+
+
+def test_a_rule_writing_to_an_alert_topic_puts_its_output_type_in_the_catalog(admin) -> None:
+    name = f"alert.api.{next(_names)}"
+    assert admin.get(f"/event-types/{name}").status_code == 404
+    # Stopped: other tests' jobs run every running rule, and would feed the alert topic.
+    created = admin.post("/rules", json=body(PATTERN, output_topic="alerts.api", output_type=name, enabled=False))
+    assert created.status_code == 201, created.text
+    entered = admin.get(f"/event-types/{name}").json()
+    assert entered["description"] == f"the output of rule {created.json()['name']}"
+    # A rule moved onto an alert topic enters its type then; a type already there is kept as it is.
+    quiet = admin.post("/rules", json=body(output_type=f"{name}.quiet", enabled=False)).json()
+    assert admin.get(f"/event-types/{name}.quiet").status_code == 404
+    assert admin.patch(f"/rules/{quiet['id']}", json={"output_topic": "alerts.api.quiet"}).status_code == 200
+    assert admin.get(f"/event-types/{name}.quiet").status_code == 200
+    assert admin.post("/rules", json=body(output_topic="alerts.api", output_type=name, enabled=False)).status_code == 201
+    assert admin.get(f"/event-types/{name}").json() == entered
+
+
+@pytest.mark.parametrize(("output_type", "message"), [
+    ("wayline.endpoint.disabled", "output_type: wayline.endpoint.disabled is one of Wayline's own event types"),
+    ("alert with spaces", "output_type: 'alert with spaces' is not an event type name"),
+])
+def test_an_alert_rule_s_output_type_must_be_a_catalog_name_of_its_own(admin, output_type: str, message: str) -> None:
+    status, code, text = error(admin.post("/rules", json=body(output_topic="alerts.api", output_type=output_type)))
+    assert (status, code) == (422, "invalid") and text.startswith(message)
+    # Elsewhere its output is not delivered, so its type is the rule's own business.
+    assert admin.post("/rules", json=body(output_type=output_type, enabled=False)).status_code == 201

@@ -73,3 +73,19 @@ def test_a_subscription_disabled_by_410_shows_why_in_the_listings(wayline, datab
     disable_gone(database, {sub})
     assert GONE_REASON in wayline("subscriptions", "list", "--endpoint", endpoint)
     assert f"{sub}: {GONE_REASON} at " in wayline("endpoints", "show", endpoint)
+
+
+def test_a_reference_table_is_created_and_loaded_from_json_lines(wayline, database, tmp_path) -> None:
+    from wayline.registry import reference
+    from wayline.registry.access import ADMIN
+
+    rows = tmp_path / "tiers.jsonl"
+    # More rows than one put takes: the load is cut into puts, all in one transaction.
+    rows.write_text("".join(f'{{"key": "c{n}", "data": {{"tier": {n % 3}}}}}\n' for n in range(25_000)))
+    wayline("rules", "reference", "create", "cli_tiers", "--description", "tiers")
+    assert "25,000 rows put into reference table cli_tiers; now at version 4" in wayline(
+        "rules", "reference", "load", "cli_tiers", str(rows))
+    with database.transaction() as session:
+        assert reference.get_row(session, ADMIN, "cli_tiers", "c24999").data == {"tier": 0}
+    rows.write_text('{"key": "c1", "data": [1]}\n')
+    assert "data" in wayline("rules", "reference", "load", "cli_tiers", str(rows), ok=False)

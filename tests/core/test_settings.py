@@ -65,3 +65,10 @@ def test_addresses_come_from_the_running_stack(tmp_path: Path) -> None:
     settings.stack_file.write_text(json.dumps({"kafka_bootstrap": "127.0.0.1:1", "postgres_dsn": "postgresql://x/y"}))
     assert settings.kafka_bootstrap() == "127.0.0.1:1"
     assert settings.postgres_dsn() == "postgresql://x/y"
+
+
+@pytest.mark.parametrize("alerts", ["events.alerts.", "events", ""])
+def test_the_alert_topics_are_apart_from_the_event_topics(alerts: str) -> None:
+    # The rules job reads the event topics: alerts among them would be read back.
+    with pytest.raises(ValueError, match="alert_topic_prefix .* must be set and must not overlap event_topic_prefix"):
+        Settings(kafka={"alert_topic_prefix": alerts})

@@ -34,24 +34,31 @@ def local_cluster(settings: Settings, tmp_path_factory: pytest.TempPathFactory) 
 
 def start_on_cluster(job: str, job_settings: Settings, master: str, stack_settings: Settings, log: Path,
                      environment: dict[str, str]) -> subprocess.Popen[bytes]:
-    """`wayline run --master MASTER JOB` as its own process group, as it would run beside a
-    cluster: the broker, database and encryption key come from settings (the job's state
-    dir has no stack file), the checkpoints from its own state dir."""
+    """`wayline run --master MASTER JOB`, as it would run beside a cluster (``start_detached``)."""
+    return start_detached(job, job_settings, stack_settings, log, environment, master)
+
+
+def start_detached(job: str, job_settings: Settings, stack_settings: Settings, log: Path,
+                   environment: dict[str, str], master: str | None = None) -> subprocess.Popen[bytes]:
+    """`wayline run [--master MASTER] JOB` as its own process group (``kill_hard`` ends it
+    all): the broker, database and encryption key come from settings (the job's state dir
+    has no stack file), the checkpoints from its own state dir."""
     settings_from_stack = {
         "WAYLINE_STATE_DIR": str(job_settings.state_dir),
         "WAYLINE_SPARK__JARS_DIR": str(REPO / "jars" / "spark"),
         "WAYLINE_SPARK__EXTRA_CONF": orjson.dumps({"spark.executor.memory": "512m"}).decode(),
         "WAYLINE_KAFKA__BOOTSTRAP_SERVERS": stack_settings.kafka_bootstrap(),
         "WAYLINE_POSTGRES__DSN": stack_settings.postgres_dsn(),
-        "WAYLINE_REGISTRY__ENCRYPTION_KEYS": orjson.dumps(
-            [(stack_settings.state_dir / "encryption.key").read_text().strip()]).decode(),
         # The tests' receivers are on the loopback, which endpoint URLs may not name unless allowed.
         "WAYLINE_REGISTRY__URL_ALLOW_LIST": orjson.dumps(stack_settings.registry.url_allow_list).decode(),
         "COLUMNS": "120",
     }
+    key = stack_settings.state_dir / "encryption.key"
+    if key.exists():  # made when the stack first stored a secret; a job without secrets needs none
+        settings_from_stack["WAYLINE_REGISTRY__ENCRYPTION_KEYS"] = orjson.dumps([key.read_text().strip()]).decode()
     with log.open("ab") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "wayline.cli.main", "run", "--master", master, job],
+            [sys.executable, "-m", "wayline.cli.main", "run", *(["--master", master] if master else []), job],
             env=os.environ | settings_from_stack | environment,
             stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
         )

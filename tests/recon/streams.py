@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 import orjson
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 
 def end_offsets(bootstrap: str, topics: list[str]) -> dict[str, dict[str, int]]:
@@ -38,22 +38,27 @@ def caught_up(job, ends: dict[str, dict[str, int]], timeout: float = 300) -> Non
     raise AssertionError(f"the recon query did not catch up with {ends}")
 
 
-def read_all(bootstrap: str, topic: str) -> list[dict[str, Any]]:
+def read_all(bootstrap: str, topic: str, timeout: float = 60) -> list[dict[str, Any]]:
+    """Every record on ``topic`` up to where it ends now, as JSON: read from each
+    partition's start to its end offset (no consumer group to join, so nothing is missed
+    while one would be forming)."""
+    remaining = {int(p): end for p, end in end_offsets(bootstrap, [topic])[topic].items() if end > 0}
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"recon-test-{time.time_ns()}",
-                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
-    consumer.subscribe([topic])
-    out, idle = [], 0
+                         "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in remaining])
+    out = []
+    deadline = time.monotonic() + timeout
     try:
-        while idle < 3:
+        while remaining and time.monotonic() < deadline:
             message = consumer.poll(1.0)
-            if message is None:
-                idle += 1
+            if message is None or message.error():
                 continue
-            if not message.error():
-                idle = 0
-                out.append(orjson.loads(message.value()))
+            out.append(orjson.loads(message.value()))
+            if message.offset() + 1 >= remaining.get(message.partition(), 0):
+                remaining.pop(message.partition(), None)
     finally:
         consumer.close()
+    assert not remaining, f"{topic}: could not read to the end of partitions {sorted(remaining)}"
     return out
 
 

@@ -227,3 +227,44 @@ def test_a_row_no_variable_accepts_ends_a_search_that_arrives_after_it() -> None
         assert evaluator.process([], at(3600)).emitted == []
         # Without the barrier between them, the same rows match.
         assert len(GroupEvaluator([rule(LOGINS, "logins")]).process(late, at(3600)).emitted) == 1
+
+
+PEERS = """SELECT tenantid, id AS at, COUNT(*) AS n
+  FROM events GROUP BY tenantid, sliding_window(event_time, '1 minute') HAVING COUNT(*) >= 2"""
+STEPS = """SELECT * FROM events MATCH_RECOGNIZE (PARTITION BY tenantid ORDER BY event_time
+  MEASURES FIRST(A.id) AS a, LAST(B.id) AS b AFTER MATCH SKIP TO NEXT ROW PATTERN (A B)
+  WITHIN INTERVAL '1' MINUTE DEFINE A AS A.tenantid = 't3', B AS B.data.price > A.data.price)"""
+
+
+def test_output_ids_follow_the_input_not_its_batching_or_order_within_a_batch() -> None:
+    # A restarted job replays its last micro-batch, or splits the stream differently, and a
+    # shuffle hands a group its rows in any order: each output must keep its id. Rows come
+    # in event-time order (nothing is late); t1 and t2 have ties, which only the rows' ids
+    # tell apart (a pattern's rows in a tie come in arrival order, so t3 has none).
+    rng = random.Random(3)
+    stream = []
+    for second in range(0, 600, 4):
+        for tenant in ("t1", "t2"):
+            stream += rows(tenant, *(rng.randint(0, 9) for _ in range(rng.randint(1, 3))), start=second, step=0)
+        stream += rows("t3", rng.randint(0, 9), start=second)
+    rules = [rule(PEERS, "peers"), rule(STEPS, "steps"), rule(PER_MINUTE, "w"), rule(SESSION, "g")]
+
+    def run(cuts: list[int], shuffled: bool) -> list[tuple[str, str]]:
+        evaluator, state, mark, out = GroupEvaluator(rules), {}, None, []
+        for start, end in itertools.pairwise([0, *cuts, len(stream)]):
+            batch_rows = stream[start:end]
+            if shuffled:
+                batch_rows = rng.sample(batch_rows, len(batch_rows))
+            newest = max((row["event_time"] for _, row in batch_rows), default=None)
+            evaluator = GroupEvaluator(rules, state, watermark=mark)
+            out += [(e.id, orjson.dumps(e.data).decode()) for e in evaluator.process(batch_rows, mark).emitted]
+            state = copy.deepcopy(evaluator.snapshot())
+            mark = newest if newest is not None else mark
+        out += [(e.id, orjson.dumps(e.data).decode())
+                for e in GroupEvaluator(rules, state, watermark=mark).process([], at(7200)).emitted]
+        return sorted(out)
+
+    whole = run([], shuffled=False)
+    assert len(whole) > 100 and len({item_id for item_id, _ in whole}) == len(whole)
+    assert run(sorted(rng.sample(range(1, len(stream)), 40)), shuffled=True) == whole
+    assert run(list(range(7, len(stream), 7)), shuffled=True) == whole

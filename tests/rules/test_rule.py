@@ -49,7 +49,7 @@ def test_a_filter_partition_key_names_the_subject_only() -> None:
     ("SELECT reflect('java.lang.Runtime', 'getRuntime') AS x FROM events",
      "function REFLECT() is not supported in a rule (line 1, column 8)"),
     ("SELECT id FROM events ORDER BY id", "ORDER is not supported in a filter rule"),
-    ("SELECT id FROM events a JOIN events b ON a.id = b.id", "a rule reads FROM events only"),
+    ("SELECT id FROM events a JOIN events b ON a.id = b.id", "SELECT: id is not qualified by a side of the join"),
     ("SELECT tenantid, COUNT(*) AS n FROM events GROUP BY tenantid",
      "an aggregation rule needs a time bound: GROUP BY window(event_time"),
     ("SELECT COUNT(*) AS n FROM events", "an aggregation rule needs a time bound"),

@@ -1,4 +1,5 @@
-"""The admin API: customers, API keys, tenants, event types, endpoints, subscriptions and rules.
+"""The admin API: customers, API keys, tenants, event types, endpoints, subscriptions, rules and
+the reference tables join rules read.
 
 Run with `wayline serve admin`; OpenAPI at `/docs`. Stateless: any number of instances
 can serve the same registry.
@@ -18,6 +19,7 @@ from wayline.api.routers import (
     endpoint_actions,
     endpoints,
     reconciliations,
+    reference_tables,
     rules,
     subscriptions,
 )
@@ -36,7 +38,7 @@ def create_app(settings: Settings, database: Database, resolver: Resolver = reso
     app.state.endpoints = EndpointService.from_settings(settings, resolver, app.state.secret_box)
     errors.install(app)
     for router in (customers.router, api_keys.router, catalog.router, endpoints.router, subscriptions.router,
-                   rules.router, endpoint_actions.router, attempts.router, dead_letters.router):
+                   rules.router, reference_tables.router, endpoint_actions.router, attempts.router, dead_letters.router):
         app.include_router(router)
     app.include_router(reconciliations.router)
 

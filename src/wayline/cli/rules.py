@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
+import orjson
 import typer
 from rich.table import Table
 
@@ -14,12 +15,14 @@ from wayline.cli.output import console, guarded, job_log_file, watch
 from wayline.cli.registry import Limit, registry, show
 from wayline.core.progress import Collectors
 from wayline.core.settings import Settings
-from wayline.registry import rule
+from wayline.registry import reference, rule
 from wayline.registry.access import ADMIN
 from wayline.stack.logs import job_log
 
 rules_app = typer.Typer(no_args_is_help=True, help="Rules: SQL filters, window aggregations and MATCH_RECOGNIZE patterns.")
 COLUMNS = ("id", "name", "kind", "partition_key", "output_topic", "status", "revision", "error")
+reference_app = typer.Typer(no_args_is_help=True, help="Reference tables join rules look events up in.")
+rules_app.add_typer(reference_app, name="reference")
 
 
 def _sql(sql: str) -> str:
@@ -107,6 +110,35 @@ def _view(job) -> Table:
 
 def _policy() -> rule.RulePolicy:
     return rule.RulePolicy.from_settings(Settings())
+
+
+@reference_app.command("create")
+@guarded
+def create_reference(name: str, description: str = "") -> None:
+    """Create a reference table; rules read it as reference.NAME."""
+    with registry() as (session, _):
+        created = reference.create_table(session, ADMIN, reference.ReferenceTableIn(name=name, description=description))
+    show([created], ("name", "description", "version"), "reference table created")
+
+
+@reference_app.command("load")
+@guarded
+def load_reference(name: str, rows: Annotated[Path, typer.Argument(help='JSON lines: {"key": ..., "data": {...}}')]
+                   ) -> None:
+    """Put every row of a JSON-lines file into a reference table, in one transaction: running
+    join rules see the whole load at once, within seconds."""
+    count = 0
+    with registry() as (session, _), rows.open("rb") as lines:
+        chunk: list[reference.ReferenceRowIn] = []
+        for line in lines:
+            if line.strip():
+                chunk.append(reference.ReferenceRowIn.model_validate(orjson.loads(line)))
+            if len(chunk) == reference.MAX_ROWS_PER_PUT:
+                count += reference.put_rows(session, ADMIN, name, chunk)
+                chunk = []
+        count += reference.put_rows(session, ADMIN, name, chunk)
+        table = reference.get_table(session, ADMIN, name)
+    console.print(f"{count:,} rows put into reference table {name}; now at version {table.version}")
 
 
 def watch_rules(settings: Settings) -> None:

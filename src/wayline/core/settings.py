@@ -17,7 +17,7 @@ import socket
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, SecretStr
+from pydantic import BaseModel, Field, SecretStr, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -51,6 +51,11 @@ class KafkaSettings(_Section):
         default=None, description="host:port list; unset means the local stack's broker"
     )
     event_topic_prefix: str = "events."
+    alert_topic_prefix: str = Field(
+        default="alerts.",
+        description="rule output topics under this prefix are read by the delivery job, so customers can "
+                    "subscribe to a rule's output type; not under event_topic_prefix, which the rules job reads",
+    )
     quarantine_topic: str = "wayline.quarantine"
     quarantine_max_bytes: int = Field(
         default=1_047_552, ge=4096,
@@ -64,6 +69,15 @@ class KafkaSettings(_Section):
     # broker holds an empty fetch this long: at the default 500 ms, 100k records over 40
     # partitions took 11 s to read instead of 3 s (docs/benchmarks.md).
     fetch_max_wait_ms: int = 10
+
+    @model_validator(mode="after")
+    def _prefixes_apart(self) -> KafkaSettings:
+        # The rules job reads the event topics: its alerts there would be read back by it.
+        if not self.alert_topic_prefix or self.alert_topic_prefix.startswith(self.event_topic_prefix) \
+                or self.event_topic_prefix.startswith(self.alert_topic_prefix):
+            raise ValueError(f"alert_topic_prefix {self.alert_topic_prefix!r} must be set and must not overlap "
+                             f"event_topic_prefix {self.event_topic_prefix!r}")
+        return self
 
 
 class PostgresSettings(_Section):
@@ -239,7 +253,16 @@ class RulesSettings(_Section):
     control_topic: str = Field(
         default="wayline.rules.control", description="compacted topic of rule definitions, keyed by rule name"
     )
-    version_poll_s: float = Field(default=1.0, gt=0, description="the rules version is read at most this often")
+    version_poll_s: float = Field(
+        default=1.0, gt=0,
+        description="the rules version, and the versions of the reference tables join rules read, are read at most "
+                    "this often",
+    )
+    join_starting_offsets: Literal["latest", "earliest"] = Field(
+        default="latest",
+        description="where a new join rule's query starts reading the event topics (its own query, restarted on its "
+                    "checkpoint afterwards): latest, as a rule deployed into the running job applies from then on",
+    )
     trigger_interval_s: float = Field(default=0.5, gt=0, description="a micro-batch starts at most this often")
     allowed_lateness_s: float = Field(
         default=5.0, ge=0, description="the watermark trails the newest event time by this much"

@@ -26,12 +26,14 @@ out at the first batching micro-batch after its deadline (``delivery.batch_trigg
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+import orjson
 import pandas as pd
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.streaming.stateful_processor import (
@@ -66,37 +68,48 @@ def batch_work(pairs: DataFrame, shards: int, topic: str, source: Source) -> Dat
     ``pairs`` has ``event_id``, ``body``, ``events`` and the route columns; its
     ``events`` add up to the first chunk of each key.
     """
+    group, aggregates, cut, present = _chunking(shards, topic)
+    # The source goes in as text: a number literal is written into the generated code,
+    # which would then be compiled afresh for every micro-batch.
+    source_json = F.lit(orjson.dumps({"run": source.run, "batch_id": source.batch_id}).decode()[1:-1])
+    return pairs.groupBy(*group).agg(*aggregates).select(*cut).select(*present(source_json))
+
+
+@functools.cache
+def _chunking(shards: int, topic: str) -> tuple[
+    list[Column], list[Column], list[Column | str], Callable[[Column], list[Column | str]],
+]:
+    """``batch_work``'s Columns, made once (see ``envelope._parse_steps``)."""
     shard = F.pmod(F.crc32(F.col("event_id").cast("binary")), F.lit(shards)).cast("int")
-    grouped = pairs.groupBy("subscription_id", "endpoint_id", "max_count", "max_wait_ms", shard.alias("shard")).agg(
+    group = [F.col(name) for name in KEY_COLUMNS[:-1]] + [shard.alias("shard")]
+    # The same event twice (a duplicate on Kafka) goes once; sorted, copies are neighbours.
+    items = F.filter("_sorted", lambda item, i: (i == 0) | (item["id"] != F.element_at("_sorted", i)["id"]))
+    starts = F.sequence(F.lit(0), F.size(items) - 1, F.col("max_count"))
+    cut: list[Column | str] = [
+        *KEY_COLUMNS, "_events",
+        F.posexplode(F.transform(starts, lambda start: F.slice(items, start + 1, F.col("max_count")))),
+    ]
+    full = F.size("col") == F.col("max_count")
+
+    def present(source_json: Column) -> list[Column | str]:
+        bundle = F.to_json(F.struct(*KEY_COLUMNS, F.col("col.id").alias("event_ids"), F.col("col.body").alias("bodies")))
+        spliced = F.concat(bundle.substr(F.lit(1), F.length(bundle) - 1), F.lit(","), source_json, F.lit("}"))
+        return [
+            F.when(full, F.lit("batch")).otherwise(F.lit("record")).alias("kind"),
+            "subscription_id", "endpoint_id", F.col("col.id").alias("event_ids"),
+            F.when(full, F.concat(F.lit("["), F.array_join("col.body", ","), F.lit("]")))
+            .otherwise(spliced).cast("binary").alias("body"),
+            F.when(~full, F.lit(topic)).alias("topic"),
+            F.when(~full, F.concat_ws(":", "subscription_id", "shard")).cast("binary").alias("key"),
+            F.when(F.col("pos") == 0, F.col("_events")).otherwise(F.lit(0)).alias("events"),
+        ]
+
+    aggregates = [
         F.array_sort(F.collect_list(F.struct(F.col("event_id").alias("id"), F.col("body").cast("string").alias("body"))))
         .alias("_sorted"),
         F.sum("events").cast("int").alias("_events"),
-    )
-    # The same event twice (a duplicate on Kafka) goes once; sorted, copies are neighbours.
-    items = F.filter("_sorted", lambda item, i: (i == 0) | (item["id"] != F.element_at("_sorted", i)["id"]))
-    starts = F.sequence(F.lit(0), F.size("_items") - 1, F.col("max_count"))
-    chunks = grouped.select("*", items.alias("_items")).select(
-        *KEY_COLUMNS, "_events",
-        F.posexplode(F.transform(starts, lambda start: F.slice("_items", start + 1, F.col("max_count")))),
-    ).select(
-        *KEY_COLUMNS,
-        F.when(F.col("pos") == 0, F.col("_events")).otherwise(F.lit(0)).alias("events"),
-        F.col("col.id").alias("event_ids"),
-        F.col("col.body").alias("bodies"),
-        (F.size("col") == F.col("max_count")).alias("full"),
-    )
-    bundle = F.to_json(F.struct(
-        *KEY_COLUMNS, F.lit(source.run).alias("run"), F.lit(source.batch_id).alias("batch_id"), "event_ids", "bodies",
-    ))
-    return chunks.select(
-        F.when(F.col("full"), F.lit("batch")).otherwise(F.lit("record")).alias("kind"),
-        "subscription_id", "endpoint_id", "event_ids",
-        F.when(F.col("full"), F.concat(F.lit("["), F.array_join("bodies", ","), F.lit("]")))
-        .otherwise(bundle).cast("binary").alias("body"),
-        F.when(~F.col("full"), F.lit(topic)).alias("topic"),
-        F.when(~F.col("full"), F.concat_ws(":", "subscription_id", "shard")).cast("binary").alias("key"),
-        "events",
-    )
+    ]
+    return group, aggregates, cut, present
 
 
 def _at(ms: int) -> datetime:

@@ -52,7 +52,7 @@ from wayline.pipelines.live_snapshot import LiveSnapshot, load_live_snapshot
 from wayline.pipelines.micro_batch import concise_failures
 from wayline.pipelines.routing import micro_batch_work
 from wayline.pipelines.sending import PartitionSender, send, task_settings
-from wayline.pipelines.source import read_kafka
+from wayline.pipelines.source import delivered_topic_pattern, read_kafka
 from wayline.registry import subscription
 from wayline.registry.access import Caller
 from wayline.registry.db import Database
@@ -215,7 +215,8 @@ def start_delivery(
         record(summary)
 
     writer = (
-        read_kafka(spark, settings, max_offsets_per_trigger=settings.delivery.max_offsets_per_trigger)
+        read_kafka(spark, settings, delivered_topic_pattern(settings),
+                   max_offsets_per_trigger=settings.delivery.max_offsets_per_trigger)
         .writeStream.queryName("wayline-delivery")
         .option("checkpointLocation", str(root / "matching"))
         .foreachBatch(concise_failures("wayline-delivery", match_and_send))

@@ -9,6 +9,9 @@ checks (`try_parse_json`, `schema_of_variant`) run only for rows already known t
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
@@ -70,34 +73,42 @@ def parse_events(kafka: DataFrame, *, max_bytes: int) -> DataFrame:
     `kafka` has the Kafka source's columns (read with `includeHeaders=true`). Good rows
     have `reason` NULL; bad rows keep their original key, value and headers intact.
     """
+    frame = kafka
+    for step in _parse_steps(max_bytes):
+        frame = step(frame)
+    return frame
+
+
+@functools.cache
+def _parse_steps(max_bytes: int) -> tuple[Callable[[DataFrame], DataFrame], ...]:
+    """The parse as steps over a frame, its Columns made once per process: a Column's
+    lambda variables are named afresh each time one is made, and generated code that
+    differs by those names is compiled again — every micro-batch, if made per micro-batch."""
     text = F.col("value").cast("string")
     size = F.coalesce(F.octet_length("value"), F.lit(0))
-    # The parsed struct comes out of a generator (`inline_outer` of a one-element array)
-    # because a generator is a fence for the optimizer: a later filter on `reason` would
-    # otherwise be pushed below this projection with `from_json` copied into every
-    # attribute it reads (35 copies, measured: a 4x slower parse).
-    staged = kafka.select(
-        *KAFKA_COLUMNS,
-        size.alias("_size"),
-        F.coalesce(F.exists("headers", lambda h: h["key"] == F.lit(f"{BINARY_PREFIX}specversion")), F.lit(False)).alias("_binary"),
-        F.array(F.when(size.between(1, max_bytes), F.from_json(text, ENVELOPE_SCHEMA))).alias("_parsed"),
-    ).select(
-        *KAFKA_COLUMNS, "_size", "_binary",
-        F.inline_outer("_parsed"),
-    ).withColumnsRenamed({name: f"_json_{name}" for name in (*_STRING_ATTRIBUTES, "data")})
     binary = F.col("_binary")
 
     def attribute(name: str) -> Column:
         raw = F.when(binary, _header(BINARY_PREFIX + name)).otherwise(F.col(f"_json_{name}"))
         return F.when(raw != F.lit(""), raw)
 
-    with_attributes = staged.select(
+    # The parsed struct comes out of a generator (`inline_outer` of a one-element array)
+    # because a generator is a fence for the optimizer: a later filter on `reason` would
+    # otherwise be pushed below this projection with `from_json` copied into every
+    # attribute it reads (35 copies, measured: a 4x slower parse).
+    staged = [
+        *KAFKA_COLUMNS,
+        size.alias("_size"),
+        F.coalesce(F.exists("headers", lambda h: h["key"] == F.lit(f"{BINARY_PREFIX}specversion")), F.lit(False)).alias("_binary"),
+        F.array(F.when(size.between(1, max_bytes), F.from_json(text, ENVELOPE_SCHEMA))).alias("_parsed"),
+    ]
+    unpacked = [*KAFKA_COLUMNS, "_size", "_binary", F.inline_outer("_parsed")]
+    renamed = {name: f"_json_{name}" for name in (*_STRING_ATTRIBUTES, "data")}
+    with_attributes = [
         *KAFKA_COLUMNS, "_size", "_binary",
         *(attribute(name).alias(name) for name in _STRING_ATTRIBUTES),
-        F.when(binary & (F.col("_size") > 0), F.try_parse_json(text))
-        .otherwise(F.col("_json_data")).alias("data"),
-    )
-
+        F.when(binary & (F.col("_size") > 0), F.try_parse_json(text)).otherwise(F.col("_json_data")).alias("data"),
+    ]
     missing_names = F.concat_ws(
         ", ", *(F.when(F.col(name).isNull(), F.lit(name)) for name in REQUIRED_ATTRIBUTES)
     )
@@ -121,7 +132,7 @@ def parse_events(kafka: DataFrame, *, max_bytes: int) -> DataFrame:
         .when(F.col(TENANT).isNull(), F.lit(Reason.MISSING_TENANT.value))
         .when(F.col("time").isNotNull() & event_time.isNull(), F.lit(Reason.BAD_TIME.value))
     )
-    return with_attributes.select(
+    checked = [
         *KAFKA_COLUMNS,
         *(name for name in _STRING_ATTRIBUTES if name != "time"),
         "data",
@@ -130,10 +141,15 @@ def parse_events(kafka: DataFrame, *, max_bytes: int) -> DataFrame:
         reason.alias("reason"),
         "_size",
         missing_names.alias("_missing"),
-    ).select(
-        "*",
-        _detail_of(F.col("reason"), F.col("_size"), F.col("_missing"), max_bytes).alias("detail"),
-    ).drop("_size", "_missing")
+    ]
+    detailed = ["*", _detail_of(F.col("reason"), F.col("_size"), F.col("_missing"), max_bytes).alias("detail")]
+    return (
+        lambda frame: frame.select(*staged),
+        lambda frame: frame.select(*unpacked).withColumnsRenamed(renamed),
+        lambda frame: frame.select(*with_attributes),
+        lambda frame: frame.select(*checked),
+        lambda frame: frame.select(*detailed).drop("_size", "_missing"),
+    )
 
 
 def valid_events(parsed: DataFrame) -> DataFrame:
@@ -160,6 +176,7 @@ def _record_bytes(key: Column, value: Column, headers: Column) -> Column:
     return F.lit(_RECORD_OVERHEAD) + _octets(key) + _octets(value) + header_bytes
 
 
+@functools.cache
 def quarantine_copy(quarantine_topic: str, max_bytes: int) -> Column:
     """A bad row's quarantine copy as the Kafka sink writes it — a struct of ``topic``,
     ``key``, ``value`` and ``headers`` — plus ``truncated``: the original key, value and
@@ -209,6 +226,7 @@ def quarantine_records(parsed: DataFrame, quarantine_topic: str, max_bytes: int)
     copy = quarantine_copy(quarantine_topic, max_bytes).alias("copy")
     return parsed.where(F.col("reason").isNotNull()).select(copy).select("copy.*")
 
+@functools.cache
 def event_body() -> Column:
     """The structured-mode CloudEvent JSON an endpoint receives for an event, as bytes.
 

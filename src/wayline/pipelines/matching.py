@@ -67,11 +67,21 @@ def passes_filter(snapshot: Snapshot, filter_id: Column) -> Column:
     return passes.otherwise(F.lit(False))
 
 
-def with_subscriptions(events: DataFrame, table: DataFrame, snapshot: Snapshot) -> DataFrame:
+def routes_column(snapshot: Snapshot) -> Column:
+    """The routes of every subscription that delivers a row's event (after filters), over
+    the three lookups' ``_m{level}_candidates``; make it once per snapshot (lambda
+    variables are named afresh per Column, and differently named code compiles again)."""
+    found = [F.coalesce(F.col(f"_m{level}_candidates"), F.array().cast(f"array<{CANDIDATE_TYPE}>"))
+             for level in range(len(_LEVELS))]
+    wanted = F.filter(F.concat(*found), lambda c: passes_filter(snapshot, c["filter_id"]))
+    return F.transform(wanted, lambda c: F.struct(*(c[name].alias(name) for name in ROUTE_FIELDS)))
+
+
+def with_subscriptions(events: DataFrame, table: DataFrame, routes: Column) -> DataFrame:
     """``events`` (one row each, kept) plus ``subscriptions``: an array of the routes
     (:data:`ROUTE_FIELDS`) of every subscription the snapshot delivers the event to,
-    empty for an event no subscription wants or a row that is not an event."""
-    found: list[Column] = []
+    empty for an event no subscription wants or a row that is not an event; ``routes``
+    is the snapshot's :func:`routes_column`."""
     for level, (tenant, subtenant) in enumerate(_LEVELS):
         keys = F.broadcast(table.select(
             *(F.col(c).alias(f"_m{level}_{c}") for c in ("event_type", "tenant_key", "subtenant_key", "candidates"))
@@ -83,16 +93,13 @@ def with_subscriptions(events: DataFrame, table: DataFrame, snapshot: Snapshot) 
             & ((F.col(subtenant) if subtenant else F.lit(ANY)) == keys[f"_m{level}_subtenant_key"]),
             "left",
         ).drop(f"_m{level}_event_type", f"_m{level}_tenant_key", f"_m{level}_subtenant_key")
-        found.append(F.coalesce(F.col(f"_m{level}_candidates"), F.array().cast(f"array<{CANDIDATE_TYPE}>")))
-    wanted = F.filter(F.concat(*found), lambda c: passes_filter(snapshot, c["filter_id"]))
-    routes = F.transform(wanted, lambda c: F.struct(*(c[name].alias(name) for name in ROUTE_FIELDS)))
     return events.select("*", routes.alias("subscriptions")).drop(*(f"_m{level}_candidates" for level in range(3)))
 
 
 def match_events(events: DataFrame, table: DataFrame, snapshot: Snapshot) -> DataFrame:
     """Every (event, subscription) pair the snapshot delivers: the event's columns plus
     the route's (:data:`ROUTE_FIELDS`)."""
-    matched = with_subscriptions(events, table, snapshot)
+    matched = with_subscriptions(events, table, routes_column(snapshot))
     return matched.select(*events.columns, F.explode("subscriptions").alias("_route")).select(
         *events.columns, *(F.col(f"_route.{name}").alias(name) for name in ROUTE_FIELDS),
     )
@@ -100,5 +107,5 @@ def match_events(events: DataFrame, table: DataFrame, snapshot: Snapshot) -> Dat
 
 __all__ = [
     "CANDIDATE_TYPE", "ROUTE_FIELDS", "match_events", "match_table_frame", "passes_filter",
-    "with_subscriptions",
+    "routes_column", "with_subscriptions",
 ]

@@ -26,6 +26,8 @@ events, quarantine copies) share one task; they cost only a count or a Kafka wri
 
 from __future__ import annotations
 
+import functools
+
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
@@ -73,21 +75,30 @@ def _audit(kind: str, record: Column, topic: str, outcome: str | None = None,
 def work_rows(batch: DataFrame, live: LiveSnapshot, settings: Settings) -> DataFrame:
     """Each record of ``batch`` (the Kafka source's columns) as its work units, one row each."""
     parsed = parse_events(batch, max_bytes=settings.envelope.max_bytes)
-    valid = F.col("reason").isNull()
-    matched = with_subscriptions(parsed.select("*", F.when(valid, event_body()).alias("_body")), live.keys,
-                                 live.snapshot)
-    copy = quarantine_copy(settings.kafka.quarantine_topic, settings.kafka.quarantine_max_bytes)
+    body = F.when(F.col("reason").isNull(), event_body())
+    matched = with_subscriptions(parsed.select("*", body.alias("_body")), live.keys, live.routes)
+    checked = settings.audit
+    units = _units(settings.kafka.quarantine_topic, settings.kafka.quarantine_max_bytes,
+                   checked.consumed_topic if checked.enabled else None, checked.outcomes_topic)
+    return matched.select(F.explode(units).alias("unit")).select("unit.*")
+
+
+@functools.cache
+def _units(quarantine_topic: str, quarantine_max_bytes: int, consumed_topic: str | None,
+           outcomes_topic: str) -> Column:
+    """A routed record's units (made once: see ``envelope._parse_steps``); with no
+    ``consumed_topic``, no self-audit records."""
+    copy = quarantine_copy(quarantine_topic, quarantine_max_bytes)
     quarantined = _unit(kind=F.lit("record"), topic=copy["topic"], key=copy["key"], body=copy["value"],
                         headers=copy["headers"], reason=F.col("reason"))
     filtered = _unit(kind=F.lit("filtered"), events=F.lit(1))
-    checked = settings.audit
     unit_record = F.concat_ws("/", "topic", "partition", "offset")
 
     def unmatched(unit: Column, outcome: str) -> Column:
-        if not checked.enabled:
+        if consumed_topic is None:
             return F.array(unit)
-        return F.array(unit, _audit(audit.CONSUMED, unit_record, checked.consumed_topic),
-                       _audit(audit.OUTCOMES, unit_record, checked.outcomes_topic, outcome))
+        return F.array(unit, _audit(audit.CONSUMED, unit_record, consumed_topic),
+                       _audit(audit.OUTCOMES, unit_record, outcomes_topic, outcome))
 
     def pair(route: Column, position: Column) -> Column:
         unit = _unit(
@@ -96,17 +107,16 @@ def work_rows(batch: DataFrame, live: LiveSnapshot, settings: Settings) -> DataF
             max_count=route["max_count"], max_wait_ms=route["max_wait_ms"], event_id=F.col("id"),
             body=F.col("_body"), events=(position == 0).cast("int"), source=F.col("topic"),
         )
-        if not checked.enabled:
+        if consumed_topic is None:
             return F.array(unit)
         record = F.concat_ws("/", route["subscription_id"], F.col("id"))
-        return F.array(unit, _audit(audit.CONSUMED, record, checked.consumed_topic, endpoint_id=route["endpoint_id"]))
+        return F.array(unit, _audit(audit.CONSUMED, record, consumed_topic, endpoint_id=route["endpoint_id"]))
 
-    units = (
-        F.when(~valid, unmatched(quarantined, audit.QUARANTINED))
+    return (
+        F.when(F.col("reason").isNotNull(), unmatched(quarantined, audit.QUARANTINED))
         .when(F.size("subscriptions") == 0, unmatched(filtered, audit.FILTERED))
         .otherwise(F.flatten(F.transform("subscriptions", pair)))
     )
-    return matched.select(F.explode(units).alias("unit")).select("unit.*")
 
 
 def micro_batch_work(batch: DataFrame, live: LiveSnapshot, settings: Settings, source: Source) -> DataFrame:

@@ -33,6 +33,9 @@ Rules change between micro-batches without a restart:
 Only a stateful rule with partition-key columns no running rule has needs another branch
 of the plan: the job then restarts the query on its checkpoint (seconds; nothing is lost).
 
+Join rules run as queries of their own, which the job starts and stops as its rule set
+moves (``wayline.pipelines.joins``); one that fails is quarantined like any rule.
+
 Isolation: the processor reports a rule that failed (``wayline.rules.engine``); the driver
 quarantines it in the registry and drops its output for the micro-batch. A filter reads
 ``data.*`` with ``try_variant_get`` (a value that does not convert is NULL), but its SQL
@@ -65,7 +68,9 @@ from wayline.core.kafka import ensure_topics
 from wayline.core.settings import Settings
 from wayline.pipelines.envelope import parse_events, valid_events
 from wayline.pipelines.job import RestartingQuery
+from wayline.pipelines.joins import JoinQueries
 from wayline.pipelines.micro_batch import concise_failures, interrupted
+from wayline.pipelines.rule_output import output_record
 from wayline.pipelines.source import read_kafka, write_to_kafka
 from wayline.registry import rule as rule_service
 from wayline.registry.db import Database, make_engine
@@ -311,34 +316,13 @@ def rules_stream(spark: SparkSession, settings: Settings, key_specs: Sequence[st
 # -- stateless rules in the JVM ------------------------------------------------------------------
 
 
-def _iso_time(column: str) -> Column:
-    return F.date_format(F.col(column), "yyyy-MM-dd'T'HH:mm:ss.SSSSSS'Z'")
-
-
 def _record(rule: ActiveRule) -> Column:
     """One filter rule's output record for the current event, NULL where it does not pass."""
     spec = rule.compiled.filter
     assert spec is not None
-    data = F.struct(*(F.expr(expression).alias(name) for name, expression in spec.select))
     key_parts = rule.compiled.partition_key
     subject = F.concat_ws("/", *(F.coalesce(_key_column(p), F.lit("")) for p in key_parts)) if key_parts else F.col("subject")
-    event = F.struct(
-        F.lit("1.0").alias("specversion"),
-        F.substring(F.sha2(F.concat(F.lit(rule.state_key + "\x1f"), F.col("id")), 256), 1, 32).alias("id"),
-        F.lit(OUTPUT_SOURCE_PREFIX + rule.name).alias("source"),
-        F.lit(rule.output_type).alias("type"),
-        F.lit("application/json").alias("datacontenttype"),
-        subject.alias("subject"),
-        _iso_time("event_time").alias("time"),
-        F.col("tenantid").alias("tenantid"),
-        data.alias("data"),
-    )
-    record = F.struct(
-        F.lit(rule.output_topic).alias("topic"),
-        F.lit(rule.state_key).alias("rule"),
-        subject.cast("binary").alias("key"),
-        F.to_json(event).cast("binary").alias("value"),
-    )
+    record = output_record(rule, spec.select, F.col("id"), subject, F.col("event_time"), F.col("tenantid"))
     return F.when(F.expr(spec.where), record) if spec.where else record
 
 
@@ -391,6 +375,7 @@ class RulesJob:
         self._rules = load_rule_set(database)
         self._checked_at = time.monotonic()
         self._running = RestartingQuery("rules", self._start_query, self.counters.restarted)
+        self._joins = JoinQueries(spark, settings, database, checkpoint.with_name(checkpoint.name + "-joins"))
 
     @property
     def rule_set(self) -> RuleSet:
@@ -400,11 +385,17 @@ class RulesJob:
     def query(self) -> StreamingQuery | None:
         return self._running.query
 
+    @property
+    def joins(self) -> JoinQueries:
+        return self._joins
+
     def start(self) -> RulesJob:
         self._running.begin()
+        self._joins.sync(self._rules.joins)
         return self
 
     def stop(self) -> None:
+        self._joins.stop()
         self._running.stop()
 
     def rereads_registry(self) -> bool:
@@ -532,6 +523,9 @@ class RulesJob:
     def _poll(self) -> None:
         if self._control is not None:
             self._control.apply_pending(self._database)
+        failed = self._joins.failures()
+        if failed:
+            self._quarantine(failed, self._rules.by_state_key())
         now = time.monotonic()
         if now - self._checked_at < self._settings.rules.version_poll_s:
             return
@@ -542,6 +536,7 @@ class RulesJob:
         self.counters.reloaded()
         ensure_topics(self._settings.kafka_bootstrap(), {r.output_topic for r in self._rules.rules},
                       self._settings.rules.output_partitions)
+        self._joins.sync(self._rules.joins)
         if not set(self._rules.key_specs) <= set(self._query_specs):
             # A new partition key needs a new branch of the plan: restart on the checkpoint.
             self._running.restart()

@@ -18,16 +18,24 @@ def event_topic_pattern(settings: Settings) -> str:
     return "^" + re.escape(settings.kafka.event_topic_prefix) + ".*"
 
 
+def delivered_topic_pattern(settings: Settings) -> str:
+    """What the delivery job reads: the event topics and the rules' alert topics, whose
+    events customers subscribe to like any others (the rules job reads only the former)."""
+    prefixes = (settings.kafka.event_topic_prefix, settings.kafka.alert_topic_prefix)
+    return "^(?:" + "|".join(map(re.escape, prefixes)) + ").*"
+
+
 def read_kafka(spark: SparkSession, settings: Settings, pattern: str | None = None,
-               max_offsets_per_trigger: int | None = None) -> DataFrame:
+               starting_offsets: str | None = None, max_offsets_per_trigger: int | None = None) -> DataFrame:
     """A streaming DataFrame of raw Kafka records from the topics matching ``pattern`` (default:
-    every event topic), at most ``max_offsets_per_trigger`` per micro-batch (default:
-    ``kafka.max_offsets_per_trigger``); offsets live in the query's checkpoint."""
+    every event topic), from ``starting_offsets`` on a new checkpoint (default:
+    ``kafka.starting_offsets``), at most ``max_offsets_per_trigger`` per micro-batch
+    (default: ``kafka.max_offsets_per_trigger``); offsets live in the query's checkpoint."""
     return (
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", settings.kafka_bootstrap())
         .option("subscribePattern", pattern or event_topic_pattern(settings))
-        .option("startingOffsets", settings.kafka.starting_offsets)
+        .option("startingOffsets", starting_offsets or settings.kafka.starting_offsets)
         # Back-pressure: a burst is worked off in bounded micro-batches, not all at once.
         .option("maxOffsetsPerTrigger", max_offsets_per_trigger or settings.kafka.max_offsets_per_trigger)
         .option("includeHeaders", "true")
@@ -54,4 +62,4 @@ def write_quarantine(parsed: DataFrame, settings: Settings) -> int:
     return truncated
 
 
-__all__ = ["event_topic_pattern", "read_kafka", "write_quarantine", "write_to_kafka"]
+__all__ = ["delivered_topic_pattern", "event_topic_pattern", "read_kafka", "write_quarantine", "write_to_kafka"]

@@ -96,6 +96,13 @@ def create_event_type(session: Session, caller: Caller, body: EventTypeIn) -> Ev
     return EventTypeOut.model_validate(row)
 
 
+def enter_event_type(session: Session, name: str, description: str) -> None:
+    """Put ``name`` in the catalog unless it is there already (a rule's output type: the
+    rule's own service checked the caller)."""
+    session.execute(insert(EventType).values(name=name, description=description)
+                    .on_conflict_do_nothing(index_elements=[EventType.name]))
+
+
 def get_event_type(session: Session, caller: Caller, name: str) -> EventTypeOut:
     row = owned(session, EventType, name, caller, "event type")
     return EventTypeOut.model_validate(row)
@@ -115,5 +122,5 @@ def delete_event_type(session: Session, caller: Caller, name: str) -> None:
 __all__ = [
     "ENDPOINT_DISABLED", "MESSAGE_DEAD_LETTERED", "OPERATIONAL_EVENT_TYPES",
     "EventTypeIn", "EventTypeOut", "TenantIn", "TenantOut", "create_event_type", "delete_event_type",
-    "delete_tenant", "get_event_type", "get_tenant", "list_event_types", "list_tenants", "upsert_tenants",
+    "delete_tenant", "enter_event_type", "get_event_type", "get_tenant", "list_event_types", "list_tenants", "upsert_tenants",
 ]

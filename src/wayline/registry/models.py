@@ -169,7 +169,7 @@ class Rule(Base):
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
     name: Mapped[str] = mapped_column(Text, nullable=False, unique=True)
     sql: Mapped[str] = mapped_column(Text, nullable=False)
-    kind: Mapped[str] = mapped_column(String(16), nullable=False)  # "filter", "window" or "pattern"
+    kind: Mapped[str] = mapped_column(String(16), nullable=False)  # "filter", "window", "pattern" or "join"
     partition_key: Mapped[list[str]] = mapped_column(ARRAY(Text), nullable=False, server_default="{}")
     output_topic: Mapped[str] = mapped_column(Text, nullable=False)
     output_type: Mapped[str] = mapped_column(Text, nullable=False)
@@ -182,6 +182,25 @@ class Rule(Base):
     revision: Mapped[int] = mapped_column(Integer, nullable=False, server_default="1")
     created_at: Mapped[datetime] = _now()
     updated_at: Mapped[datetime] = _now()
+
+
+class ReferenceTable(Base):
+    """Keyed JSON rows join rules look events up in; ``version`` moves with every change."""
+
+    __tablename__ = "reference_tables"
+    name: Mapped[str] = mapped_column(Text, primary_key=True)
+    description: Mapped[str] = mapped_column(Text, nullable=False, server_default="")
+    version: Mapped[int] = mapped_column(BigInteger, nullable=False, server_default="1")
+    created_at: Mapped[datetime] = _now()
+    updated_at: Mapped[datetime] = _now()
+
+
+class ReferenceRow(Base):
+    __tablename__ = "reference_rows"
+    table_name: Mapped[str] = mapped_column(Text, ForeignKey("reference_tables.name", ondelete="CASCADE"),
+                                            primary_key=True)
+    key: Mapped[str] = mapped_column(Text, primary_key=True)
+    data: Mapped[dict[str, Any]] = mapped_column(JSONB, nullable=False)
 
 
 class ReconVersion(Base):

@@ -11,10 +11,15 @@ job. Enabling a quarantined rule, or changing its definition, sets it running ag
 with a new revision: the state it failed with is not reused.
 
 Every change bumps the rules version (a trigger on the table), which the job polls.
+
+Alerts: a rule whose ``output_topic`` is under ``kafka.alert_topic_prefix`` has its output
+read by the delivery job, and its ``output_type`` enters the event-type catalog when the rule
+is created or its output changes; customers then subscribe to it like to any event type.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Literal
@@ -27,6 +32,7 @@ from sqlalchemy.orm import Session
 
 from wayline.core.errors import Conflict, NotFound, RejectedInput
 from wayline.core.settings import Settings
+from wayline.registry import catalog, reference
 from wayline.registry.access import Caller, Page, page
 from wayline.registry.ids import new_id
 from wayline.registry.models import Rule, RulesVersion
@@ -93,6 +99,8 @@ class RulePolicy:
     # Wayline's own topics: a rule writing there would forge events, quarantine records or rules.
     reserved_topics: frozenset[str]
     reserved_prefix: str
+    # Output topics the delivery job reads: their rules' output types enter the catalog.
+    alert_prefix: str
 
     @classmethod
     def from_settings(cls, settings: Settings) -> RulePolicy:
@@ -105,6 +113,7 @@ class RulePolicy:
                 settings.delivery.operations_topic,
             }),
             reserved_prefix=settings.kafka.event_topic_prefix,
+            alert_prefix=settings.kafka.alert_topic_prefix,
         )
 
     def check_topic(self, topic: str) -> None:
@@ -113,6 +122,21 @@ class RulePolicy:
                 f"output_topic: {topic} is one of Wayline's own topics (its event topics {self.reserved_prefix}*, "
                 f"{', '.join(sorted(self.reserved_topics))} and Kafka's __*); choose another"
             )
+
+    def publish(self, session: Session, row: Rule) -> None:
+        """A rule writing to an alert topic has its output delivered to subscribers: its
+        output type enters the catalog (if new), so customers can subscribe to it."""
+        if not row.output_topic.startswith(self.alert_prefix):
+            return
+        if row.output_type in catalog.OPERATIONAL_EVENT_TYPES:
+            raise RejectedInput(f"output_type: {row.output_type} is one of Wayline's own event types; choose another")
+        if re.fullmatch(catalog.NAME_PATTERN, row.output_type) is None:
+            raise RejectedInput(
+                f"output_type: {row.output_type!r} is not an event type name (up to 200 letters, digits and "
+                f". _ : / -, starting with a letter or digit), which a rule writing to {self.alert_prefix}* needs: "
+                "its output is delivered to subscribers of that type"
+            )
+        catalog.enter_event_type(session, row.output_type, f"the output of rule {row.name}")
 
     def compile(self, sql: str, partition_key: list[str] | None) -> CompiledRule:
         """The submit-time check: the rule compiles, and its windows stay within the fan-out limit."""
@@ -129,6 +153,15 @@ class RulePolicy:
         return compiled
 
 
+def _check_reference(session: Session, compiled: CompiledRule) -> None:
+    """A join rule's reference table must exist when the rule is submitted."""
+    table = compiled.join.table if compiled.join is not None else None
+    if table is not None and not reference.exists(session, table):
+        raise RejectedInput(
+            f"JOIN reference.{table}: there is no reference table {table}; create it first (POST /reference-tables)"
+        )
+
+
 def compile_definition(sql: str, partition_key: list[str] | None) -> CompiledRule:
     """Check and compile a rule's SQL and partition key (the job recompiles stored rules with it)."""
     key = tuple(parse_key(text) for text in partition_key) if partition_key is not None else None
@@ -138,6 +171,7 @@ def compile_definition(sql: str, partition_key: list[str] | None) -> CompiledRul
 def create(session: Session, caller: Caller, body: RuleIn, policy: RulePolicy) -> RuleOut:
     caller.require_admin()
     compiled = policy.compile(body.sql, body.partition_key)
+    _check_reference(session, compiled)
     policy.check_topic(body.output_topic)
     if session.scalar(select(Rule.id).where(Rule.name == body.name)) is not None:
         raise Conflict(f"name: a rule named {body.name} exists already")
@@ -149,6 +183,7 @@ def create(session: Session, caller: Caller, body: RuleIn, policy: RulePolicy) -
         time_budget_ms=body.time_budget_ms or policy.time_budget_ms,
         enabled=body.enabled, status="running" if body.enabled else "stopped", quarantines=0, revision=1,
     )
+    policy.publish(session, row)
     session.add(row)
     try:
         session.flush()
@@ -185,6 +220,7 @@ def update(session: Session, caller: Caller, rule_id: str, body: RulePatch, poli
         sql = changes.get("sql", row.sql)
         # A partition key left out of the change follows the (possibly new) SQL.
         compiled = policy.compile(sql, changes.get("partition_key"))
+        _check_reference(session, compiled)
         new_key = [key_name(path) for path in compiled.partition_key]
         if sql != row.sql or new_key != list(row.partition_key) or compiled.kind.value != row.kind:
             row.sql, row.kind, row.partition_key = sql, compiled.kind.value, new_key
@@ -194,6 +230,8 @@ def update(session: Session, caller: Caller, rule_id: str, body: RulePatch, poli
     for name in ("output_topic", "output_type", "state_budget", "time_budget_ms"):
         if name in changes:
             setattr(row, name, changes[name])
+    if "output_topic" in changes or "output_type" in changes:
+        policy.publish(session, row)
     if "enabled" in changes:
         if changes["enabled"] and row.status != "running":
             restart = True

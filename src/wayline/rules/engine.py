@@ -422,7 +422,9 @@ def _pattern_step(rule: ActiveRule, keys: _RuleKeys, key: str, rows: list[Row], 
         first, last = match.first, match.last
         out.append(Emitted(
             rule=rule,
-            id=_event_id(rule, key, str(first.get("event_time")), str(last.get("event_time"))),
+            # The match's first and last rows (by event id) tell it from the key's other
+            # matches; their times alone did not when rows shared a time.
+            id=_event_id(rule, key, str(first.get("id")), str(last.get("id"))),
             subject=_subject(key),
             time=last.get("event_time"),
             tenantid=last.get("tenantid"),
@@ -508,7 +510,9 @@ def _measure_or_key(measures: Mapping[str, Any], partition_key: Sequence[ColumnP
 
 
 def _event_id(rule: ActiveRule, key: str, *parts: str) -> str:
-    """Stable across replays of a micro-batch: the same match gets the same id."""
+    """Derived from the rule's id and revision, the partition key and what produced the
+    output, never from the order or batching of the input: a replayed micro-batch, or the
+    job restarted on its checkpoint, emits the same ids, so consumers can drop duplicates."""
     digest = hashlib.sha256("\x1f".join((rule.state_key, key, *parts)).encode()).hexdigest()
     return digest[:32]
 

@@ -36,6 +36,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
 import sqlglot
 from sqlglot import exp
@@ -47,6 +48,9 @@ from wayline.rules.expression import DIALECT, TOO_DEEP, ColumnPath, check_nestin
 from wayline.rules.prefilter import Prefilter, for_condition, for_pattern
 from wayline.rules.recognize import SOURCE, PatternSpec, parse_match_recognize
 from wayline.rules.window import WindowSpec, compile_window
+
+if TYPE_CHECKING:
+    from wayline.rules.join import JoinSpec
 
 # The stream every rule reads: the parsed envelope (see wayline.pipelines.envelope).
 EVENT_COLUMNS = (
@@ -78,6 +82,7 @@ class RuleKind(StrEnum):
     FILTER = "filter"
     WINDOW = "window"
     PATTERN = "pattern"
+    JOIN = "join"
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,12 +101,14 @@ class CompiledRule:
     filter: FilterSpec | None = None
     window: WindowSpec | None = None
     pattern: PatternSpec | None = None
+    join: JoinSpec | None = None
     # The rows a stateful rule may use, told apart by string comparisons (None: every row).
     prefilter: Prefilter | None = None
 
     @property
     def stateful(self) -> bool:
-        return self.kind != RuleKind.FILTER
+        """Whether the rules job's stateful operator runs it (a join runs as its own query)."""
+        return self.kind in (RuleKind.WINDOW, RuleKind.PATTERN)
 
     @property
     def time_bound(self) -> timedelta | None:
@@ -110,6 +117,8 @@ class CompiledRule:
             return self.window.size
         if self.pattern is not None:
             return self.pattern.within
+        if self.join is not None:
+            return self.join.time_bound
         return None
 
 
@@ -146,7 +155,12 @@ def _compile(sql: str, partition_key: tuple[ColumnPath, ...] | None) -> Compiled
         rule = _pattern_rule(sql)
     else:
         statement = _parse(sql)
-        if statement.args.get("group") or any(isinstance(node, exp.AggFunc) for node in statement.walk()):
+        if statement.args.get("joins"):
+            # join.py builds on this module's checks, so it is imported when first needed.
+            from wayline.rules.join import compile_join
+
+            rule = CompiledRule(RuleKind.JOIN, sql, (), join=compile_join(statement))
+        elif statement.args.get("group") or any(isinstance(node, exp.AggFunc) for node in statement.walk()):
             window = compile_window(statement, check_column)
             where = statement.args.get("where")
             rule = CompiledRule(RuleKind.WINDOW, sql, window.keys, window=window,
@@ -165,8 +179,10 @@ def _compile(sql: str, partition_key: tuple[ColumnPath, ...] | None) -> Compiled
                 f"partition_key: {', '.join(map(key_name, partition_key)) or '(none)'} differs from the "
                 f"key the SQL states ({stated}); leave partition_key out or make them agree"
             )
-        if not rule.stateful:
+        if rule.kind == RuleKind.FILTER:
             rule = CompiledRule(rule.kind, sql, tuple(partition_key), filter=rule.filter)
+        elif rule.kind == RuleKind.JOIN and partition_key:
+            raise RejectedInput("partition_key: a join rule's output subject is its join key; leave partition_key out")
     return rule
 
 
@@ -243,8 +259,7 @@ def _parse(sql: str) -> exp.Select:
     check_nesting(statement, "sql")
     source = statement.args.get("from_")
     table = source.this if source is not None else None
-    if not isinstance(table, exp.Table) or table.name.lower() != SOURCE or table.args.get("db") \
-            or statement.args.get("joins"):
+    if not isinstance(table, exp.Table) or table.name.lower() != SOURCE or table.args.get("db"):
         found = table.sql(dialect=DIALECT) if table is not None else "nothing"
         raise RejectedInput(f"a rule reads FROM {SOURCE} only, not {found}")
     return statement

@@ -15,7 +15,7 @@ from typing import Any
 
 from wayline.core.errors import WaylineError
 from wayline.rules.engine import ActiveRule
-from wayline.rules.rule import compile_rule, parse_key
+from wayline.rules.rule import RuleKind, compile_rule, parse_key
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +27,11 @@ class RuleSet:
 
     @property
     def filters(self) -> list[ActiveRule]:
-        return [rule for rule in self.rules if not rule.compiled.stateful]
+        return [rule for rule in self.rules if rule.compiled.kind == RuleKind.FILTER]
+
+    @property
+    def joins(self) -> list[ActiveRule]:
+        return [rule for rule in self.rules if rule.compiled.kind == RuleKind.JOIN]
 
     @property
     def key_specs(self) -> tuple[str, ...]:

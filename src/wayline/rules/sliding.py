@@ -58,13 +58,15 @@ class SlidingWindowState(ReorderedWindows):
             partial = spec.empty()
             for values in self._values[bisect_left(self._times, time - self._span):]:
                 spec.fold(partial, values)
-            for _, arrival, row in released[first:peers]:
+            for _, _, row in released[first:peers]:
                 group = dict(row)
                 group[START] = time_of(time - self._span)
                 group[END] = time_of(time)
                 data = spec.output(group, partial)
                 if data is not None:
-                    out.append(WindowRow(time - self._span, time, data, row.get("tenantid"), f"{time}/{arrival}"))
+                    # The event's own id tells it from its peers: arrival order is not
+                    # the same when a micro-batch is replayed or split differently.
+                    out.append(WindowRow(time - self._span, time, data, row.get("tenantid"), f"{time}/{row.get('id')}"))
             first = peers
         # Every event still to come is at or after the watermark: older ones are in no window.
         expired = bisect_left(self._times, watermark - self._span)

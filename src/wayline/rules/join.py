@@ -1,0 +1,346 @@
+"""Join rules: the events stream joined with a reference table, or with itself in a time interval.
+
+Two forms, each one SELECT with one JOIN (``JOIN``/``INNER JOIN`` or ``LEFT [OUTER] JOIN``):
+
+- *stream-table enrichment* — ``FROM events e JOIN reference.<table> r ON r.key = <e's
+  expression> [AND ...]``: each event meets the reference table's row whose ``key`` (a
+  string) equals the expression, as the table is when the event's micro-batch runs (Flink's
+  *lookup join*, ``FOR SYSTEM_TIME AS OF`` processing time). A reference row has ``key`` and
+  a JSON ``data`` object: ``r.data.tier``. A LEFT JOIN keeps events with no row (``r``'s
+  columns NULL).
+- *interval join* — ``FROM events a JOIN events b ON <a's expression> = <b's expression>
+  AND b.event_time BETWEEN a.event_time [± INTERVAL ...] AND a.event_time + INTERVAL ...``
+  (or the same bound as ``>=``/``>`` and ``<=``/``<``): pairs of events with equal keys whose
+  times lie within the bound, as Flink's interval join. Both sides read the event topics;
+  ``a.type = 'order'`` or ``b.topic = '...'`` picks the event type or topic of a side. A
+  LEFT JOIN also emits each ``a`` event no ``b`` met, with ``b``'s columns NULL, once the
+  watermark has passed the end of its interval. The bound is the rule's time bound: an
+  event is kept in the join's state until the watermark passes its interval.
+
+Columns are qualified by the side's alias (``e.id``, ``a.data.amount``, ``r.key``), and
+read as in filter rules (``data.*`` typed by its use, NULL when it does not convert). The
+rule compiles to Spark SQL (``JoinSpec``), its conditions sorted by the side they read:
+the job filters each side's events before the join (a LEFT JOIN's ON conditions on ``a``
+alone are part of the join: they decide matches, not which ``a`` events are kept), joins
+on the rest of ON, and applies the rest of WHERE after the join.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+from enum import StrEnum
+
+from sqlglot import exp
+
+from wayline.core.errors import RejectedInput
+from wayline.core.variant import json_path
+from wayline.rules.expression import DIALECT, interval, located
+from wayline.rules.recognize import SOURCE
+from wayline.rules.rule import (
+    DATA,
+    EVENT_TIME,
+    _check_node,
+    _data_type,
+    _output_name,
+    check_column,
+    column_paths,
+    key_name,
+)
+
+REFERENCE_SCHEMA = "reference"
+REFERENCE_KEY = "key"
+# The columns of a reference table as the job loads it.
+REFERENCE_COLUMNS = (REFERENCE_KEY, DATA)
+
+
+class JoinKind(StrEnum):
+    TABLE = "table"
+    INTERVAL = "interval"
+
+
+@dataclass(frozen=True, slots=True)
+class JoinSpec:
+    """A join rule as Spark SQL over two aliased frames: the events as ``left``, and the
+    reference table or the events again as ``right``."""
+
+    kind: JoinKind
+    outer: bool
+    left: str
+    right: str
+    table: str | None  # TABLE: the reference table's name
+    condition: str  # what of ON reads both sides (the key and time bound among it)
+    where: str | None  # what of WHERE reads both sides, or the right side of a LEFT JOIN
+    left_where: str | None  # conditions on the left side alone, applied before the join
+    right_where: str | None  # conditions on the right side alone, applied before the join
+    key: str  # the left side's key expression: the output's subject
+    select: tuple[tuple[str, str], ...]
+    # INTERVAL: b.event_time lies in [a.event_time + lower, a.event_time + upper].
+    lower: timedelta | None = None
+    upper: timedelta | None = None
+
+    @property
+    def time_bound(self) -> timedelta | None:
+        if self.lower is None or self.upper is None:
+            return None
+        return max(abs(self.lower), abs(self.upper))
+
+
+def compile_join(statement: exp.Select) -> JoinSpec:
+    """Check a SELECT with a JOIN (``wayline.rules.rule`` found one) and compile it."""
+    joins = statement.args.get("joins") or []
+    if len(joins) != 1:
+        raise RejectedInput("a join rule joins events with one reference table or with events once")
+    extra = sorted(key for key, value in statement.args.items()
+                   if value and key not in ("expressions", "from_", "where", "joins"))
+    if extra:
+        raise RejectedInput(f"{', '.join(key.upper().rstrip('_') for key in extra)} is not supported in a join rule")
+    join = joins[0]
+    outer = _join_type(join)
+    left = _alias(statement.args["from_"].this, stream=True)
+    right_table = join.this
+    if not isinstance(right_table, exp.Table):
+        raise RejectedInput(f"JOIN {right_table.sql(dialect=DIALECT)}: join events or reference.<table>")
+    interval_join = right_table.name.lower() == SOURCE and not right_table.args.get("db")
+    if not interval_join and (right_table.db or "").lower() != REFERENCE_SCHEMA:
+        raise RejectedInput(
+            f"JOIN {right_table.sql(dialect=DIALECT)}: a rule joins events with events (an interval join) or "
+            f"with a reference table, {REFERENCE_SCHEMA}.<name>"
+        )
+    right = _alias(right_table, stream=interval_join)
+    if right == left:
+        raise RejectedInput(f"JOIN: both sides are called {left}; give them different aliases (FROM events a JOIN ... b)")
+    on = join.args.get("on")
+    if on is None or join.args.get("using"):
+        raise RejectedInput("JOIN needs an ON condition (USING is not supported)")
+    sides = {left: True, right: interval_join}
+    for node in statement.walk():
+        if not isinstance(node, (exp.Join, exp.TableAlias, exp.Interval, exp.Var)):
+            _check_node(node)
+    for path, node in column_paths(statement):
+        _check_qualified(path, node, sides)
+    conjuncts = _conjuncts(on)
+    bounds: list[str] = []
+    if interval_join:
+        bound, key, lower, upper = _interval_bound(conjuncts, left, right)
+        conjuncts = [c for c in conjuncts if c not in bound]
+        bounds = [f"`{right}`.`{EVENT_TIME}` >= `{left}`.`{EVENT_TIME}` + {_spark_interval(lower)}",
+                  f"`{right}`.`{EVENT_TIME}` <= `{left}`.`{EVENT_TIME}` + {_spark_interval(upper)}"]
+        table = None
+    else:
+        key = _table_key(conjuncts, left, right)
+        for node in on.walk():
+            if isinstance(node, exp.Interval):
+                raise RejectedInput(f"ON: INTERVAL has no use in a join with a reference table{located(node)}")
+        lower = upper = None
+        table = right_table.name
+    where = statement.args.get("where")
+    if where is not None and where.find(exp.Interval):
+        raise RejectedInput(f"WHERE: the time bound of an interval join goes in ON{located(where)}")
+    split: dict[str, list[exp.Expression]] = {"left": [], "right": [], "on": [], "after": []}
+    for conjunct in conjuncts:
+        read = _aliases(conjunct)
+        if read == {right}:
+            split["right"].append(conjunct)
+        elif read == {left} and not outer:
+            split["left"].append(conjunct)
+        else:
+            split["on"].append(conjunct)
+    for conjunct in _conjuncts(where.this) if where is not None else []:
+        read = _aliases(conjunct)
+        if read == {left}:
+            split["left"].append(conjunct)
+        elif read == {right} and not outer:
+            split["right"].append(conjunct)
+        else:
+            split["after"].append(conjunct)
+    return JoinSpec(
+        kind=JoinKind.INTERVAL if interval_join else JoinKind.TABLE, outer=outer, left=left, right=right,
+        table=table, condition=_and([_spark(c) for c in split["on"]] + bounds),
+        where=_and([_spark(c) for c in split["after"]]) or None,
+        left_where=_and([_spark(c) for c in split["left"]]) or None,
+        right_where=_and([_spark(c) for c in split["right"]]) or None,
+        key=_spark(exp.cast(key.copy(), "string")), select=_select(statement), lower=lower, upper=upper,
+    )
+
+
+def _conjuncts(condition: exp.Expression) -> list[exp.Expression]:
+    while isinstance(condition, exp.Paren):
+        condition = condition.this
+    return list(condition.flatten()) if isinstance(condition, exp.And) else [condition]
+
+
+def _join_type(join: exp.Join) -> bool:
+    """True for LEFT [OUTER] JOIN, False for [INNER] JOIN; anything else is refused."""
+    side, kind = (join.args.get("side") or "").upper(), (join.args.get("kind") or "").upper()
+    if join.args.get("method") or kind in ("CROSS", "SEMI", "ANTI") or side in ("RIGHT", "FULL"):
+        words = " ".join(w for w in (join.args.get("method") or "", side, kind) if w)
+        raise RejectedInput(f"{words} JOIN is not supported: use JOIN (inner) or LEFT JOIN")
+    return side == "LEFT"
+
+
+def _alias(table: exp.Table, stream: bool) -> str:
+    if stream and (table.name.lower() != SOURCE or table.args.get("db")):
+        raise RejectedInput(f"a join rule reads FROM {SOURCE}, not {table.sql(dialect=DIALECT)}")
+    return table.alias or table.name
+
+
+def _check_qualified(path: tuple[str, ...], node: exp.Expression, sides: dict[str, bool]) -> None:
+    alias, rest = path[0], path[1:]
+    clause = "ON" if node.find_ancestor(exp.Join) is not None else "SELECT" if node.find_ancestor(
+        exp.Where) is None else "WHERE"
+    if alias not in sides or not rest:
+        raise RejectedInput(
+            f"{clause}: {key_name(path)} is not qualified by a side of the join; write "
+            f"{' or '.join(a + '.' + key_name(path[1:] or path) for a in sides)}{located(node)}"
+        )
+    if sides[alias]:
+        check_column(rest, clause)
+    elif rest != (REFERENCE_KEY,) and (rest[0] != DATA or len(rest) < 2):
+        raise RejectedInput(
+            f"{clause}: unknown column {key_name(path)}; a reference table has {alias}.{REFERENCE_KEY} and "
+            f"{alias}.data.<path>{located(node)}"
+        )
+    elif rest[0] == DATA:
+        check_column(rest, clause)
+
+
+def _aliases(node: exp.Expression) -> set[str]:
+    return {path[0] for path, _ in column_paths(node)}
+
+
+def _table_key(conjuncts: list[exp.Expression], left: str, right: str) -> exp.Expression:
+    for conjunct in conjuncts:
+        if isinstance(conjunct, exp.EQ):
+            for mine, theirs in ((conjunct.this, conjunct.expression), (conjunct.expression, conjunct.this)):
+                if isinstance(mine, exp.Column) and [p.name for p in mine.parts] == [right, REFERENCE_KEY] \
+                        and _aliases(theirs) == {left}:
+                    return theirs
+    raise RejectedInput(
+        f"ON: a join with a reference table looks rows up by key: write ON {right}.{REFERENCE_KEY} = "
+        f"<an expression of {left}'s columns>, e.g. {right}.{REFERENCE_KEY} = {left}.data.customer"
+    )
+
+
+def _interval_bound(conjuncts: list[exp.Expression], left: str, right: str
+                    ) -> tuple[list[exp.Expression], exp.Expression, timedelta, timedelta]:
+    """The conjuncts that bound ``right.event_time`` around ``left.event_time``, the left
+    side's key (of the first equality between the sides), and the bound's offsets."""
+    key = None
+    for conjunct in conjuncts:
+        if isinstance(conjunct, exp.EQ) and key is None:
+            sides = (_aliases(conjunct.this), _aliases(conjunct.expression))
+            if sides == ({left}, {right}):
+                key = conjunct.this
+            elif sides == ({right}, {left}):
+                key = conjunct.expression
+    if key is None:
+        raise RejectedInput(
+            f"ON: an interval join pairs events by key: add {left}.<column> = {right}.<column>, "
+            f"e.g. {left}.data.order = {right}.data.order"
+        )
+    used: list[exp.Expression] = []
+    lower = upper = None
+    for conjunct in conjuncts:
+        if isinstance(conjunct, exp.Between) and _is_time(conjunct.this, right):
+            lower, upper = _offset(conjunct.args["low"], left), _offset(conjunct.args["high"], left)
+            used.append(conjunct)
+            continue
+        bounds = _inequality(conjunct, left, right)
+        if bounds is not None:
+            low, high = bounds
+            lower = low if low is not None else lower
+            upper = high if high is not None else upper
+            used.append(conjunct)
+    if lower is None or upper is None:
+        raise RejectedInput(
+            f"ON: an interval join needs a time bound on both ends, such as {right}.{EVENT_TIME} BETWEEN "
+            f"{left}.{EVENT_TIME} AND {left}.{EVENT_TIME} + INTERVAL '10' MINUTE: it is what lets the join "
+            "forget events"
+        )
+    if upper < lower:
+        raise RejectedInput(f"ON: the time bound is empty: {right}.{EVENT_TIME} cannot be at least "
+                            f"{left}.{EVENT_TIME} + {lower} and at most {left}.{EVENT_TIME} + {upper}")
+    return used, key, lower, upper
+
+
+def _is_time(node: exp.Expression, alias: str) -> bool:
+    return isinstance(node, exp.Column) and [p.name for p in node.parts] == [alias, EVENT_TIME]
+
+
+def _offset(node: exp.Expression, left: str) -> timedelta:
+    """``a.event_time``, ``a.event_time + INTERVAL ...`` or ``a.event_time - INTERVAL ...``."""
+    if _is_time(node, left):
+        return timedelta(0)
+    if isinstance(node, (exp.Add, exp.Sub)) and _is_time(node.this, left) \
+            and isinstance(node.expression, exp.Interval):
+        amount = interval(node.expression, "ON")
+        return amount if isinstance(node, exp.Add) else -amount
+    raise RejectedInput(
+        f"ON: {node.sql(dialect=DIALECT)} is not {left}.{EVENT_TIME} or {left}.{EVENT_TIME} ± INTERVAL "
+        f"'<n>' <unit>{located(node)}"
+    )
+
+
+def _inequality(conjunct: exp.Expression, left: str, right: str) -> tuple[timedelta | None, timedelta | None] | None:
+    """(lower, upper) from ``b.event_time >= a.event_time + x`` and its mirror forms; None
+    for a conjunct that is not such a comparison."""
+    if not isinstance(conjunct, (exp.GT, exp.GTE, exp.LT, exp.LTE)):
+        return None
+    this, other = conjunct.this, conjunct.expression
+    at_least = isinstance(conjunct, (exp.GT, exp.GTE))
+    if _is_time(other, right):
+        this, other, at_least = other, this, not at_least
+    if not _is_time(this, right) or not _aliases(other) == {left}:
+        return None
+    offset = _offset(other, left)
+    # A strict bound and a closed one hold the same events at microsecond resolution
+    # but for the end itself; Spark keeps the state either way.
+    return (offset, None) if at_least else (None, offset)
+
+
+def _spark_interval(offset: timedelta) -> str:
+    micros = offset // timedelta(microseconds=1)
+    return f"INTERVAL '{micros / 1_000_000}' SECOND"
+
+
+def _and(parts: list[str]) -> str:
+    return " AND ".join(f"({part})" for part in parts)
+
+
+def _select(statement: exp.Select) -> tuple[tuple[str, str], ...]:
+    out: list[tuple[str, str]] = []
+    taken: set[str] = set()
+    for item in statement.expressions:
+        if isinstance(item, exp.Star) or (isinstance(item, exp.Column) and isinstance(item.this, exp.Star)):
+            raise RejectedInput("SELECT *: name the columns a join rule outputs (e.id, r.data.tier AS tier)")
+        name = _output_name(item)
+        if name in taken:
+            raise RejectedInput(f"SELECT: two output columns are named {name}; rename one with AS")
+        taken.add(name)
+        out.append((name, _spark(item.this if isinstance(item, exp.Alias) else item)))
+    return tuple(out)
+
+
+def _spark(node: exp.Expression) -> str:
+    """The node as Spark SQL over the aliased sides, ``data.*`` read out of the VARIANT."""
+    copy = node.copy()
+    replacements = []
+    for path, column in column_paths(copy):
+        alias, rest = path[0], path[1:]
+        if rest[0] == DATA and len(rest) > 1:
+            replacement: exp.Expression = exp.Anonymous(this="try_variant_get", expressions=[
+                exp.column(DATA, table=alias, quoted=True), exp.Literal.string(json_path(rest[1:])),
+                exp.Literal.string(_data_type(column))])
+        else:
+            replacement = exp.column(rest[0], table=alias, quoted=True)
+        replacements.append((column, replacement))
+    for column, replacement in replacements:
+        if column is copy:
+            copy = replacement
+        else:
+            column.replace(replacement)
+    return copy.sql(dialect="spark")
+
+
+__all__ = ["JoinKind", "JoinSpec", "REFERENCE_COLUMNS", "REFERENCE_KEY", "REFERENCE_SCHEMA", "compile_join"]
