@@ -99,6 +99,9 @@ CONFIGS = {
 }
 
 
+RESTART = "window-rule change"
+
+
 def produce(bootstrap: str, count: int, seed: int = 7, start: datetime = T0) -> None:
     rng = random.Random(seed)
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.num.messages": 10_000})
@@ -268,9 +271,8 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--events", type=int, default=100_000)
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--only", action="append", help="run only these configurations")
-    parser.add_argument("--restart", action="store_true",
-                        help="also time a window-rule change: the query's restart on its checkpoint")
+    parser.add_argument("--only", action="append",
+                        help=f"run only these configurations, in this order; {RESTART!r} times a window-rule change")
     parser.add_argument("--stages", action="store_true",
                         help="start the Spark UI on 127.0.0.1 and print each configuration's stage times")
     args = parser.parse_args()
@@ -298,9 +300,12 @@ def main() -> None:
 
         spark = spark_session(settings)
         results = {}
-        for name, sqls in CONFIGS.items():
-            if args.only and name not in args.only:
+        for name in args.only or CONFIGS:
+            if name == RESTART:
+                results[RESTART] = measure_restart(spark, settings, database, args.events, state_dir / "ckpt-restart")
+                print(f"{RESTART:>22}: {results[RESTART]}", flush=True)
                 continue
+            sqls = CONFIGS[name]
             deploy(database, sqls, settings)
             seen = stage_ids(spark) if args.stages else set()
             # A fresh checkpoint directory per run: a stopped query's thread may still write
@@ -325,9 +330,6 @@ def main() -> None:
                 for rows, ms in runs[-1]["batch_ms"]:
                     print(f"{'':>24}{rows:7} rows: {ms}", flush=True)
                 print_stages(spark, seen, args.runs)
-        if args.restart:
-            results["restart"] = measure_restart(spark, settings, database, args.events, state_dir / "ckpt-restart")
-            print(f"{'window-rule change':>22}: {results['restart']}", flush=True)
         RESULTS.mkdir(exist_ok=True)
         (RESULTS / "rules.json").write_text(json.dumps({
             "date": datetime.now(timezone.utc).isoformat(), "machine": platform.platform(),
