@@ -147,8 +147,8 @@ def run_once(spark, settings: Settings, database: Database, events: int, checkpo
         deadline = time.monotonic() + 1800
         while time.monotonic() < deadline:
             job.raise_if_failed()
-            progress = job.query.recentProgress
-            if sum(p["numInputRows"] for p in progress) >= events:
+            # The job's own count: numInputRows counts every scan of the source in the plan.
+            if job.counters.events >= events:
                 break
             time.sleep(1)
         else:

@@ -96,6 +96,21 @@ def test_the_jvm_emits_what_the_python_path_emits(spark: Any) -> None:
     assert all(row.out_key == orjson.loads(row.out_value).get("subject") for row in rows)
 
 
+def test_however_many_rules_there_is_one_aggregation(spark: Any) -> None:
+    from pyspark.sql import functions as F
+
+    from wayline.pipelines.windows import window_outputs
+
+    rules = [ActiveRule(f"m{i}", 1, f"many{i}", compile_rule(RULES[i % len(RULES)]), "out", "alert", 10, 1000)
+             for i in range(30)]
+    frame = spark.createDataFrame([("e", "order", "t", '{"user": "u", "amount": 1}', T0)],
+                                  "id string, type string, tenantid string, data_json string, event_time timestamp")
+    outputs = window_outputs(frame.select("id", "type", "tenantid", F.parse_json("data_json").alias("data"),
+                                          "event_time"), rules, 0)
+    # Each aggregation in the plan would be a stateful operator of its own in the stream.
+    assert outputs._jdf.queryExecution().optimizedPlan().toString().count("Aggregate [") == 1
+
+
 @pytest.mark.slow
 def test_a_new_window_rule_restarts_the_aggregation_on_its_checkpoint(settings: Settings, spark: Any, database: Any,
                                                                       tmp_path: Any, unique: str) -> None:

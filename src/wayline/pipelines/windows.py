@@ -31,9 +31,6 @@ from wayline.rules.rule import DATA
 # Spark's marker of an event-time column (EventTimeWatermark.delayKey): a grouping column
 # carrying it is the one the watermark closes groups by.
 _WATERMARK_DELAY = "spark.watermarkDelayMs"
-# Rules per output projection, so that the generated code stays under the JVM's method size
-# limit (as for the filters).
-RULES_PER_PROJECTION = 12
 # Times in ``data`` (window.start, window.end) as ISO 8601 with the offset, as the other rules write them.
 _JSON_TIME = "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX"
 _SLOT_COLUMNS = [f"__slot{slot}" for slot in range(SLOTS)]
@@ -97,7 +94,8 @@ def _entry_shape() -> Column:
     return F.struct(
         F.lit("").alias("rule"), F.lit("").alias("key"), F.lit(0).cast("long").alias("last_end"),
         F.lit(1).cast("long").alias("slide"), F.lit(1).alias("windows"),
-        F.lit(None).cast("string").alias("tenantid"), F.lit(None).cast("timestamp").alias("event_time"),
+        # The event's columns, though never used: see pipelines.rules._reading_every_column.
+        F.col("tenantid"), F.col("event_time"),
         *(F.lit(None).cast("double").alias(name) for name in _SLOT_COLUMNS),
     )
 
@@ -171,16 +169,13 @@ def window_outputs(events: DataFrame, rules: Sequence[ActiveRule], lateness_ms: 
             F.lit(EMIT).alias("out_kind"), nothing.alias("out_rule"), nothing.alias("out_topic"),
             nothing.alias("out_key"), nothing.alias("out_value"), F.lit(1).cast("long").alias("out_count"),
             _every_fold())
-    outputs = []
-    for start in range(0, len(rules), RULES_PER_PROJECTION):
-        chunk = rules[start:start + RULES_PER_PROJECTION]
-        # Each record is NULL but for its own rule's windows that pass HAVING.
-        record = F.coalesce(*map(_record, chunk)) if len(chunk) > 1 else _record(chunk[0])
-        picked = closed.where(F.col("rule").isin([rule.state_key for rule in chunk]))
-        outputs.append(picked.select("rule", record.alias("r"), _every_fold()).where(F.col("r").isNotNull()).select(
-            F.lit(EMIT).alias("out_kind"), F.col("rule").alias("out_rule"), "r.out_topic", "r.out_key",
-            "r.out_value", F.lit(1).cast("long").alias("out_count"), GUARD))
-    return reduce(DataFrame.unionByName, outputs)
+    # One projection over the one aggregation: a union of projections (as for the filters)
+    # would copy the aggregation, each copy a stateful operator of its own, their number
+    # following the rules. Each record is NULL but for its own rule's windows that pass HAVING.
+    record = F.coalesce(*map(_record, rules))
+    return closed.select("rule", record.alias("r"), _every_fold()).where(F.col("r").isNotNull()).select(
+        F.lit(EMIT).alias("out_kind"), F.col("rule").alias("out_rule"), "r.out_topic", "r.out_key",
+        "r.out_value", F.lit(1).cast("long").alias("out_count"), GUARD)
 
 
-__all__ = ["GUARD", "RULES_PER_PROJECTION", "aggregated", "key_column", "key_json", "window_outputs", "window_rows"]
+__all__ = ["GUARD", "aggregated", "key_column", "key_json", "window_outputs", "window_rows"]
