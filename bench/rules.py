@@ -99,7 +99,10 @@ CONFIGS = {
 }
 
 
-def produce(bootstrap: str, count: int, seed: int = 7) -> None:
+RESTART = "window-rule change"
+
+
+def produce(bootstrap: str, count: int, seed: int = 7, start: datetime = T0) -> None:
     rng = random.Random(seed)
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.num.messages": 10_000})
     kinds = ("bench.order", "bench.order", "bench.price", "bench.login.failed", "bench.login.ok")
@@ -108,7 +111,7 @@ def produce(bootstrap: str, count: int, seed: int = 7) -> None:
         kind = rng.choice(kinds)
         value = orjson.dumps({
             "specversion": "1.0", "id": f"e{n}", "source": "bench", "type": kind, "tenantid": f"t{rng.randrange(100)}",
-            "time": (T0 + timedelta(seconds=3600 * n / count)).isoformat(),
+            "time": (start + timedelta(seconds=3600 * n / count)).isoformat(),
             "data": {"user": user, "price": rng.randrange(100), "amount": rng.randrange(1000)},
         })
         while True:
@@ -122,12 +125,14 @@ def produce(bootstrap: str, count: int, seed: int = 7) -> None:
     producer.flush(120)
 
 
-def deploy(database: Database, sqls: list[str], settings: Settings) -> None:
+def deploy(database: Database, sqls: list[str], settings: Settings, keep: bool = False) -> None:
     # A generous time budget: the benchmark measures throughput, not quarantines.
     policy = replace(rule_service.RulePolicy.from_settings(settings), time_budget_ms=60_000)
     with database.transaction() as session:
-        session.execute(delete(Rule))
-        for index, sql in enumerate(sqls):
+        if not keep:
+            session.execute(delete(Rule))
+        first = session.query(Rule).count()
+        for index, sql in enumerate(sqls, start=first):
             rule_service.create(session, ADMIN, rule_service.RuleIn(
                 name=f"bench-{index}", sql=sql, output_topic="bench.rules.out", output_type="bench.alert",
             ), policy)
@@ -142,8 +147,8 @@ def run_once(spark, settings: Settings, database: Database, events: int, checkpo
         deadline = time.monotonic() + 1800
         while time.monotonic() < deadline:
             job.raise_if_failed()
-            progress = job.query.recentProgress
-            if sum(p["numInputRows"] for p in progress) >= events:
+            # The job's own count: numInputRows counts every scan of the source in the plan.
+            if job.counters.events >= events:
                 break
             time.sleep(1)
         else:
@@ -156,7 +161,9 @@ def run_once(spark, settings: Settings, database: Database, events: int, checkpo
         warm_rate = (sum(p["numInputRows"] for p in warm) / sum(p["durationMs"]["triggerExecution"] for p in warm) * 1000
                      if warm else None)
         last = job.query.lastProgress
-        state = (last.get("stateOperators") or [{}])[0]
+        # Both stateful operators: the Python processor's shards and the window aggregation.
+        operators = last.get("stateOperators") or []
+        custom = [operator.get("customMetrics") or {} for operator in operators]
         plan = io.StringIO()
         with contextlib.redirect_stdout(plan):
             job.query.explain()
@@ -165,14 +172,65 @@ def run_once(spark, settings: Settings, database: Database, events: int, checkpo
             # Where each micro-batch's time went: addBatch is the query's jobs and foreachBatch;
             # the rest is planning, offsets and the commit log.
             "batch_ms": [(p["numInputRows"], p["durationMs"]) for p in busy],
-            "state_rows": state.get("numRowsTotal", 0), "state_bytes": state.get("memoryUsedBytes", 0),
-            "rocksdb_bytes": (state.get("customMetrics") or {}).get("rocksdbTotalSizeOfL0Files", 0)
-            + (state.get("customMetrics") or {}).get("rocksdbSstFileSize", 0),
+            "state_rows": sum(o.get("numRowsTotal", 0) for o in operators),
+            "state_bytes": sum(o.get("memoryUsedBytes", 0) for o in operators),
+            "rocksdb_bytes": sum(c.get("rocksdbTotalSizeOfL0Files", 0) + c.get("rocksdbSstFileSize", 0) for c in custom),
+            "state_by_operator": [(o.get("operatorName"), o.get("numRowsTotal", 0), o.get("memoryUsedBytes", 0))
+                                  for o in operators],
             "kafka_scans": plan.getvalue().count("MicroBatchScan"),
             "reused_exchanges": plan.getvalue().count("ReusedExchange"),
             "plan": plan.getvalue(),
             "matches": sum(c.matches for c in job.counters.rules.values()),
+            "quarantined": sum(c.quarantined for c in job.counters.rules.values()),
         }
+    finally:
+        job.stop()
+
+
+def _wait(condition, what: str, timeout: float = 900) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def measure_restart(spark, settings: Settings, database: Database, events: int, checkpoint: Path) -> dict[str, float]:
+    """What a window-rule change costs: the job restarts its query on the checkpoint.
+
+    With the 10-rule mix running and every event read, 1,000 new events are produced and
+    timed until a micro-batch has counted them (a warm batch's latency). Then a window rule
+    is added and 1,000 more produced: the batch that reads them runs on the old plan and asks
+    for the restart; the supervisor stops the query and starts it again (timed until the new
+    query reports progress). A last 1,000 events time the new query's first batch."""
+    from wayline.pipelines.rules import RulesJob
+
+    shutil.rmtree(checkpoint, ignore_errors=True)
+    bootstrap = settings.kafka_bootstrap()
+    deploy(database, CONFIGS["10 rules (7/2/1)"], settings)
+    job = RulesJob(spark, settings, database, checkpoint).start()
+    try:
+        _wait(lambda: job.raise_if_failed() or job.counters.events >= events, "every event")
+
+        def probe(nth: int) -> float:
+            before = job.counters.events
+            started = time.monotonic()
+            produce(bootstrap, 1_000, seed=nth, start=T0 + timedelta(hours=nth))
+            _wait(lambda: job.raise_if_failed() or job.counters.events >= before + 1_000, "the probe")
+            return time.monotonic() - started
+
+        warm = [probe(n) for n in (1, 2, 3)]
+        old = job.query
+        deploy(database, windows(1), settings, keep=True)
+        time.sleep(settings.rules.version_poll_s)  # the job reads the registry at most this often
+        asking = probe(4)
+        asked = time.monotonic()
+        _wait(lambda: job.raise_if_failed() or (job.query is not old and job.query.lastProgress is not None),
+              "the restarted query")
+        restart_s = time.monotonic() - asked
+        first = probe(5)
+        return {"warm_probe_s": statistics.median(warm), "asking_probe_s": asking, "restart_s": restart_s,
+                "first_probe_after_s": first, "restarts": job.counters.restarts}
     finally:
         job.stop()
 
@@ -213,7 +271,8 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--events", type=int, default=100_000)
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--only", action="append", help="run only these configurations")
+    parser.add_argument("--only", action="append",
+                        help=f"run only these configurations, in this order; {RESTART!r} times a window-rule change")
     parser.add_argument("--stages", action="store_true",
                         help="start the Spark UI on 127.0.0.1 and print each configuration's stage times")
     args = parser.parse_args()
@@ -241,9 +300,12 @@ def main() -> None:
 
         spark = spark_session(settings)
         results = {}
-        for name, sqls in CONFIGS.items():
-            if args.only and name not in args.only:
+        for name in args.only or CONFIGS:
+            if name == RESTART:
+                results[RESTART] = measure_restart(spark, settings, database, args.events, state_dir / "ckpt-restart")
+                print(f"{RESTART:>22}: {results[RESTART]}", flush=True)
                 continue
+            sqls = CONFIGS[name]
             deploy(database, sqls, settings)
             seen = stage_ids(spark) if args.stages else set()
             # A fresh checkpoint directory per run: a stopped query's thread may still write
@@ -258,7 +320,9 @@ def main() -> None:
             print(f"{name:>22}: median {statistics.median(rates):>9,.0f} events/s  runs "
                   f"{', '.join(f'{r:,.0f}' for r in rates)}  state rows {runs[-1]['state_rows']:,} "
                   f"bytes {runs[-1]['state_bytes']:,}  kafka scans {runs[-1]['kafka_scans']} "
-                  f"reused exchanges {runs[-1]['reused_exchanges']}  matches {runs[-1]['matches']:,}", flush=True)
+                  f"reused exchanges {runs[-1]['reused_exchanges']}  matches {runs[-1]['matches']:,}  "
+                  f"rocksdb bytes {runs[-1]['rocksdb_bytes']:,}  quarantined {runs[-1]['quarantined']}  "
+                  f"per operator {runs[-1]['state_by_operator']}", flush=True)
             print(f"{'':>22}  without each run's first micro-batch: median "
                   f"{results[name]['median_warm_rate'] or 0:,.0f} events/s  runs {', '.join(f'{r:,.0f}' for r in warm_rates)}",
                   flush=True)

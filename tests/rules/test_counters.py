@@ -10,9 +10,13 @@ from wayline.rules.rule import compile_rule
 
 FILTER = ActiveRule("rc_filter", 1, "big-orders", compile_rule("SELECT id FROM events WHERE type = 'a'"),
                     "out.f", "alert.f", 100, 1000)
+# A window the Python processor runs (a sliding one), and one the JVM aggregates.
 WINDOW = ActiveRule("rc_window", 3, "per-minute", compile_rule(
-    "SELECT tenantid, COUNT(*) AS n FROM events GROUP BY tenantid, window(event_time, '1 minute')"),
+    "SELECT tenantid, COUNT(*) AS n FROM events GROUP BY tenantid, sliding_window(event_time, '1 minute')"),
     "out.w", "alert.w", 100, 1000)
+JVM_WINDOW = ActiveRule("rc_jvm", 1, "tumbling", compile_rule(
+    "SELECT tenantid, COUNT(*) AS n FROM events GROUP BY tenantid, window(event_time, '1 minute')"),
+    "out.j", "alert.j", 100, 1000)
 BY_KEY = {FILTER.state_key: FILTER, WINDOW.state_key: WINDOW}
 
 
@@ -33,6 +37,14 @@ def test_a_batch_counts_the_filters_input_and_matches_and_the_stateful_rules_rep
     assert (filtered.name, filtered.input, filtered.matches) == ("big-orders", 150, 8)
     assert (windowed.input, windowed.matches, windowed.micros, windowed.late) == (55, 4, 1050, 2)
     assert windowed.state == 4, "state is a gauge: the last batch's entries, summed over its groups"
+
+
+def test_a_window_the_jvm_runs_counts_like_a_filter_every_event_in_and_its_emitted_windows() -> None:
+    counters = JobCounters()
+    by_key = BY_KEY | {JVM_WINDOW.state_key: JVM_WINDOW}
+    counters.account(120, {FILTER.state_key: 7, JVM_WINDOW.state_key: 3}, [], {}, by_key)
+    counters.account(30, {JVM_WINDOW.state_key: 2}, [], {}, by_key)
+    assert (counters.rules[JVM_WINDOW.id].input, counters.rules[JVM_WINDOW.id].matches) == (150, 5)
 
 
 def test_a_failed_rule_s_matches_are_not_counted_and_a_quarantine_is_recorded() -> None:

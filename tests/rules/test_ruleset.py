@@ -30,8 +30,19 @@ def test_a_rule_that_no_longer_compiles_is_left_out_and_the_others_run() -> None
     assert rules.version == 7
     assert [rule.id for rule in rules.rules] == ["rs_good", "rs_win"]
     assert [rule.id for rule in rules.filters] == ["rs_good"]
-    assert rules.key_specs == ("tenantid",)
+    # A tumbling window runs in the JVM's aggregation: no partition key for the Python processor.
+    assert rules.key_specs == () and [rule.id for rule in rules.windows] == ["rs_win"]
     assert set(rules.by_state_key()) == {"rs_good@1", "rs_win@1"}
+
+
+def test_the_python_processor_s_keys_are_those_of_patterns_and_windows_the_jvm_does_not_run() -> None:
+    sliding = WINDOW.replace("window(", "sliding_window(")
+    pattern = ("SELECT * FROM events MATCH_RECOGNIZE (PARTITION BY data.user ORDER BY event_time MEASURES A.id AS a "
+               "PATTERN (A) WITHIN INTERVAL '1' MINUTE DEFINE A AS A.type = 'x')")
+    rules = rule_set(1, [row("rs_tumbling", WINDOW, partition_key=("tenantid",)), row("rs_sliding", sliding, partition_key=("tenantid",)),
+                         row("rs_pattern", pattern, partition_key=("data.user",))])
+    assert rules.key_specs == ("data.user", "tenantid")
+    assert [rule.id for rule in rules.windows] == ["rs_tumbling"]
 
 
 def test_a_worker_reads_the_rules_again_only_when_the_version_moves() -> None:

@@ -6,6 +6,7 @@ restarted when its plan must change (``RulesJob``, ``ReconJob``, through
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -45,6 +46,7 @@ class RestartingQuery:
         self._stopping = threading.Event()
         self._supervisor: threading.Thread | None = None
         self._error: BaseException | None = None
+        self._restarting = False
 
     @property
     def query(self) -> StreamingQuery | None:
@@ -74,7 +76,7 @@ class RestartingQuery:
         from wayline.pipelines.micro_batch import interrupted
 
         # A stop nearly always interrupts a micro-batch; it is replayed from the checkpoint.
-        if self._stopping.is_set() and interrupted(failure):
+        if (self._stopping.is_set() or self._restarting) and interrupted(failure):
             return None
         return WaylineError(f"the {self._name} query failed: {failure}")
 
@@ -92,14 +94,25 @@ class RestartingQuery:
             if self._stopping.is_set():
                 return
             self._restart.clear()
+            self._restarting = True
             try:
                 assert self._query is not None
+                self._let_batch_end(self._query)
                 self._query.stop()
                 self._on_restart()
                 self._query = self._start()
             except BaseException as exc:  # noqa: BLE001 - surfaced by exception()
                 self._error = exc
                 return
+            finally:
+                self._restarting = False
+
+    def _let_batch_end(self, query: StreamingQuery, timeout_s: float = 60) -> None:
+        """Wait (a while) for the running micro-batch, usually the one that asked, to end:
+        stopping it would interrupt it, to be replayed after the restart."""
+        deadline = time.monotonic() + timeout_s
+        while query.isActive and query.status.get("isTriggerActive") and time.monotonic() < deadline:
+            time.sleep(0.05)
 
 
 __all__ = ["Job", "RestartingQuery"]

@@ -7,6 +7,8 @@ The query, fixed while it runs::
          (``key_spec``: the partition-key columns of some window or pattern rule)
       -> ONE shuffle by (key_spec, shard)
          |- key_spec = '': the events, passed on untouched
+         |- key_spec = '' again: the fixed window rules' streaming aggregation
+         |  (``wayline.pipelines.windows``), in the JVM
          '- otherwise: transformWithStateInPandas keyed by (key_spec, shard) -> RulesProcessor
       -> union -> foreachBatch
 
@@ -31,7 +33,8 @@ Rules change between micro-batches without a restart:
   rules version has moved (cached per Python worker). Its state is keyed by rule id and
   revision, so a changed rule starts fresh and a removed rule's state is dropped.
 Only a stateful rule with partition-key columns no running rule has needs another branch
-of the plan: the job then restarts the query on its checkpoint (seconds; nothing is lost).
+of the plan, and a new or changed fixed window rule its place in the aggregation: the job
+then restarts the query on its checkpoint (seconds; nothing is lost).
 
 Join rules run as queries of their own, which the job starts and stops as its rule set
 moves (``wayline.pipelines.joins``); one that fails is quarantined like any rule.
@@ -72,6 +75,7 @@ from wayline.pipelines.joins import JoinQueries
 from wayline.pipelines.micro_batch import concise_failures, interrupted
 from wayline.pipelines.rule_output import output_record
 from wayline.pipelines.source import read_kafka, write_to_kafka
+from wayline.pipelines.windows import key_column, key_json, window_outputs
 from wayline.registry import rule as rule_service
 from wayline.registry.db import Database, make_engine
 from wayline.rules.counters import EMIT, EVENT, FAILURE, METRICS, JobCounters, Report
@@ -98,6 +102,11 @@ _META_SCHEMA = StructType([StructField("token", LongType()), StructField("timer"
 # The stateful rows' columns besides key_spec, shard, key_value and data_json: the whole envelope.
 _ROW_COLUMNS = tuple(name for name in EVENT_COLUMNS if name != DATA)
 _TIME_COLUMNS = ("time", "event_time")
+# Both stateful operators (the Python processor and the window aggregation) take the
+# query's one watermark. With Spark's default (a watermark per operator, from the
+# EventTimeWatermark in its own subtree) the operator behind the ReusedExchange found
+# none: it never closed a window, never fired a timer.
+SINGLE_WATERMARK = ("spark.sql.streaming.statefulOperator.allowMultiple", "false")
 
 
 # -- rule sets ---------------------------------------------------------------------------------
@@ -162,7 +171,7 @@ class RulesProcessor(StatefulProcessor):
     def _evaluator(self, group: tuple[str, int], token: int | None) -> GroupEvaluator:
         if self._rules is None:
             self._rules = _WorkerRules.current(self._dsn)
-        rules = [rule for rule in self._rules.rules if rule.compiled.stateful and rule.key_spec == group[0]]
+        rules = [rule for rule in self._rules.rules if rule.compiled.in_processor and rule.key_spec == group[0]]
         cached = self._live.get(group)
         if token is not None and cached is not None and cached[0] == token:
             cached[1].use(rules, self._spent)
@@ -246,19 +255,12 @@ def _datetimes(column: pd.Series) -> list[datetime | None]:
 # -- the query ---------------------------------------------------------------------------------
 
 
-def _key_column(path: tuple[str, ...]) -> Column:
-    if path[0] == DATA:
-        # parse_key admitted identifiers only, so the path needs no quoting.
-        return F.try_variant_get(F.col(DATA), "$." + ".".join(path[1:]), "string")
-    return F.col(path[0]).cast("string")
-
-
 def routed_events(events: DataFrame, key_specs: Sequence[str], shards: int, partitions: int) -> DataFrame:
     """Each event once for the filters and once per stateful key spec, behind one shuffle."""
     routes = [F.struct(F.lit(PASS).alias("spec"), F.lit(None).cast("string").alias("key"))]
     for spec in key_specs:
         paths = [parse_key(text) for text in spec.split(",")]
-        routes.append(F.struct(F.lit(spec).alias("spec"), F.to_json(F.array(*map(_key_column, paths))).alias("key")))
+        routes.append(F.struct(F.lit(spec).alias("spec"), key_json(paths).alias("key")))
     exploded = events.select("*", F.explode(F.array(*routes)).alias("_route"))
     spec, key = F.col("_route.spec"), F.col("_route.key")
     # Passed-on events spread by id; keyed copies by their partition key, so one key's
@@ -284,11 +286,23 @@ def _branch(routed: DataFrame, stateful: bool) -> DataFrame:
     return routed.where(pinned)
 
 
-def rules_stream(spark: SparkSession, settings: Settings, key_specs: Sequence[str], dsn: str) -> DataFrame:
+def _reading_every_column(branch: DataFrame) -> DataFrame:
+    """The branch with a ``tenantid`` that reads every routed column (in a branch never taken).
+
+    The window aggregation uses a few columns; the optimizer pruned the others below the
+    shuffle, which made an exchange of its own for this branch and a second read of Kafka
+    per micro-batch (the input rows counted twice in the query's progress)."""
+    never = F.to_json(F.struct(*branch.columns))
+    return branch.withColumn("tenantid", F.when(F.spark_partition_id() >= F.lit(0), F.col("tenantid")).otherwise(never))
+
+
+def rules_stream(spark: SparkSession, settings: Settings, key_specs: Sequence[str], dsn: str,
+                 windows: Sequence[ActiveRule] = ()) -> DataFrame:
     events = valid_events(parse_events(read_kafka(spark, settings), max_bytes=settings.envelope.max_bytes))
     # The rules' own output is an event stream too; reading it back could loop forever.
     events = events.where(~F.startswith(F.col("source"), F.lit(OUTPUT_SOURCE_PREFIX)))
-    events = events.withWatermark("event_time", f"{int(settings.rules.allowed_lateness_s * 1000)} milliseconds")
+    lateness_ms = int(settings.rules.allowed_lateness_s * 1000)
+    events = events.withWatermark("event_time", f"{lateness_ms} milliseconds")
     events = events.select(*EVENT_COLUMNS)
     routed = routed_events(events, key_specs, settings.rules.shards, settings.spark.shuffle_partitions)
     # The passed side carries the route's key columns too (unused downstream), so that both
@@ -306,11 +320,14 @@ def rules_stream(spark: SparkSession, settings: Settings, key_specs: Sequence[st
         outputMode="Append",
         timeMode="EventTime",
     )
+    # The fixed window rules aggregate the passed side's events in the JVM
+    # (wayline.pipelines.windows), behind a ReusedExchange: see SINGLE_WATERMARK.
+    windowed = window_outputs(_reading_every_column(_branch(routed, stateful=False)), windows, lateness_ms)
     # Stateful side first: Spark keeps the exchange where it first meets it and makes the
     # other reader a ReusedExchange. The stateful operator learns its watermark from the
     # EventTimeWatermark below it in its own subtree; behind a ReusedExchange it found
     # none, and its timers never fired.
-    return stateful.unionByName(passed, allowMissingColumns=True)
+    return stateful.unionByName(passed, allowMissingColumns=True).unionByName(windowed, allowMissingColumns=True)
 
 
 # -- stateless rules in the JVM ------------------------------------------------------------------
@@ -321,7 +338,7 @@ def _record(rule: ActiveRule) -> Column:
     spec = rule.compiled.filter
     assert spec is not None
     key_parts = rule.compiled.partition_key
-    subject = F.concat_ws("/", *(F.coalesce(_key_column(p), F.lit("")) for p in key_parts)) if key_parts else F.col("subject")
+    subject = F.concat_ws("/", *(F.coalesce(key_column(p), F.lit("")) for p in key_parts)) if key_parts else F.col("subject")
     record = output_record(rule, spec.select, F.col("id"), subject, F.col("event_time"), F.col("tenantid"))
     return F.when(F.expr(spec.where), record) if spec.where else record
 
@@ -420,8 +437,22 @@ class RulesJob:
         specs = self._rules.key_specs
         ensure_topics(self._settings.kafka_bootstrap(), {r.output_topic for r in self._rules.rules},
                       self._settings.rules.output_partitions)
-        stream = rules_stream(self._spark, self._settings, specs, self._settings.postgres_dsn())
+        windows = self._rules.windows
+        stream = rules_stream(self._spark, self._settings, specs, self._settings.postgres_dsn(), windows)
         self._query_specs = specs
+        self._query_windows = {rule.state_key for rule in windows}
+        previous = self._spark.conf.get(SINGLE_WATERMARK[0], None)
+        # A query takes its own copy of the session's settings when it is created.
+        self._spark.conf.set(*SINGLE_WATERMARK)
+        try:
+            return self._start_writing(stream)
+        finally:
+            if previous is None:
+                self._spark.conf.unset(SINGLE_WATERMARK[0])
+            else:
+                self._spark.conf.set(SINGLE_WATERMARK[0], previous)
+
+    def _start_writing(self, stream: DataFrame) -> StreamingQuery:
         return (
             stream.writeStream.queryName("wayline-rules")
             .option("checkpointLocation", str(self._checkpoint))
@@ -451,8 +482,10 @@ class RulesJob:
             count = next(row.out_count for row in small if row.out_kind == COUNT)
             failed = {row.out_rule: row.out_value for row in small if row.out_kind == FAILURE}
             emitted = batch.where(F.col("out_kind") == F.lit(EMIT))
-            if failed:
-                emitted = emitted.where(~F.col("out_rule").isin(list(failed)))
+            # Window rules removed since the query started still close their windows in it.
+            dropped = set(failed) | (self._query_windows - by_key.keys())
+            if dropped:
+                emitted = emitted.where(~F.col("out_rule").isin(sorted(dropped)))
             outputs: list[DataFrame] = [emitted.select(
                 F.col("out_topic").alias("topic"), F.col("out_rule").alias("rule"),
                 F.col("out_key").cast("binary").alias("key"), F.col("out_value").cast("binary").alias("value"),
@@ -537,8 +570,10 @@ class RulesJob:
         ensure_topics(self._settings.kafka_bootstrap(), {r.output_topic for r in self._rules.rules},
                       self._settings.rules.output_partitions)
         self._joins.sync(self._rules.joins)
-        if not set(self._rules.key_specs) <= set(self._query_specs):
-            # A new partition key needs a new branch of the plan: restart on the checkpoint.
+        if not set(self._rules.key_specs) <= set(self._query_specs) \
+                or not {rule.state_key for rule in self._rules.windows} <= self._query_windows:
+            # A new partition key needs a new branch of the plan, a new or changed window
+            # rule its place in the aggregation: restart on the checkpoint.
             self._running.restart()
 
 

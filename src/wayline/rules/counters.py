@@ -66,7 +66,7 @@ class JobCounters:
             self.events += count
             for rule in by_key.values():
                 rule_counters = self.rule(rule)
-                if not rule.compiled.stateful:
+                if not rule.compiled.in_processor:  # filters, and the windows the JVM runs
                     rule_counters.input += count
                     rule_counters.matches += per_rule.get(rule.state_key, 0)
             state: dict[str, int] = defaultdict(int)

@@ -25,8 +25,9 @@ function that runs arbitrary code); a stateful rule has a time bound.
 Typing of ``data.*`` in filters (the JSON is a VARIANT in Spark): a path compared with a
 number, used in arithmetic or in SUM/AVG/MIN/MAX is read as DOUBLE, compared with a
 boolean as BOOLEAN, otherwise as STRING; a bare path in the SELECT list keeps its JSON
-value. A value that does not convert reads as NULL. Window and pattern rules evaluate
-their expressions in Python on the JSON's own types (``wayline.rules.expression``).
+value. A value that does not convert reads as NULL. Pattern rules and the windows that stay
+in Python evaluate their expressions on the JSON's own types (``wayline.rules.expression``);
+the fixed windows the JVM runs read ``data.*`` as filters do (``wayline.rules.aggregation``).
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from sqlglot.errors import TokenError
 
 from wayline.core.errors import RejectedInput
 from wayline.core.variant import json_path
+from wayline.rules.aggregation import WindowAggregation, compile_aggregation
 from wayline.rules.expression import DIALECT, TOO_DEEP, ColumnPath, check_nesting, located, parse_statements
 from wayline.rules.prefilter import Prefilter, for_condition, for_pattern
 from wayline.rules.recognize import SOURCE, PatternSpec, parse_match_recognize
@@ -104,11 +106,18 @@ class CompiledRule:
     join: JoinSpec | None = None
     # The rows a stateful rule may use, told apart by string comparisons (None: every row).
     prefilter: Prefilter | None = None
+    # A fixed window rule the JVM runs as a streaming aggregation (wayline.rules.aggregation).
+    aggregation: WindowAggregation | None = None
 
     @property
     def stateful(self) -> bool:
         """Whether the rules job's stateful operator runs it (a join runs as its own query)."""
         return self.kind in (RuleKind.WINDOW, RuleKind.PATTERN)
+
+    @property
+    def in_processor(self) -> bool:
+        """Run by the Python stateful processor: patterns, and windows the JVM does not run."""
+        return self.stateful and self.aggregation is None
 
     @property
     def time_bound(self) -> timedelta | None:
@@ -164,7 +173,8 @@ def _compile(sql: str, partition_key: tuple[ColumnPath, ...] | None) -> Compiled
             window = compile_window(statement, check_column)
             where = statement.args.get("where")
             rule = CompiledRule(RuleKind.WINDOW, sql, window.keys, window=window,
-                                prefilter=for_condition(where.this if where is not None else None))
+                                prefilter=for_condition(where.this if where is not None else None),
+                                aggregation=compile_aggregation(statement, window, _spark, _check_node))
         else:
             rule = CompiledRule(RuleKind.FILTER, sql, (), filter=_filter(statement))
     for path in rule.partition_key:

@@ -35,7 +35,13 @@ class RuleSet:
 
     @property
     def key_specs(self) -> tuple[str, ...]:
-        return tuple(sorted({rule.key_spec for rule in self.rules if rule.compiled.stateful}))
+        """The partition keys of the rules the Python processor runs."""
+        return tuple(sorted({rule.key_spec for rule in self.rules if rule.compiled.in_processor}))
+
+    @property
+    def windows(self) -> list[ActiveRule]:
+        """The window rules the JVM runs as one streaming aggregation."""
+        return [rule for rule in self.rules if rule.compiled.aggregation is not None]
 
     def by_state_key(self) -> dict[str, ActiveRule]:
         return {rule.state_key: rule for rule in self.rules}

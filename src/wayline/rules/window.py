@@ -255,10 +255,12 @@ def compile_window(statement: exp.Select, check_column: Callable[[ColumnPath, st
         select.append((name, over_groups(target, f"SELECT {name}")))
     where = statement.args.get("where")
     having = statement.args.get("having")
+    # Before the aggregates are taken: HAVING may add its own (HAVING COUNT(*) = 1 alone).
+    having_test = over_groups(having.this, "HAVING") if having is not None else None
     return WindowSpec(
         size=size, slide=slide, keys=tuple(keys), aggregates=tuple(aggregates),
         where=_row_expression(where.this, "WHERE", check_column) if where is not None else None,
-        having=over_groups(having.this, "HAVING") if having is not None else None,
+        having=having_test,
         select=tuple(select),
         kind=kind,
     )
