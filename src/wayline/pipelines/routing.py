@@ -20,8 +20,10 @@ Every row is hash-partitioned by endpoint once. Streaming rows go from that shuf
 straight to the sending tasks; batch-mode pairs are grouped from the same shuffle (their
 grouping includes the endpoint, so Spark adds no second exchange, and reuses the first
 for both branches). Both meet in one ``mapInArrow`` (:func:`~wayline.pipelines.sending.send`),
-whose collect is the micro-batch's only Spark job. Rows without an endpoint (filtered
-events, quarantine copies) share one task; they cost only a count or a Kafka write.
+whose collect is the one Spark job over the micro-batch's records (the match table's three
+broadcasts are small jobs of their own, over its local rows). Rows without an endpoint
+(filtered events, quarantine copies and their audit records) share one task; they cost
+only a count or a Kafka write.
 """
 
 from __future__ import annotations
