@@ -26,7 +26,10 @@ def test_a_failure_is_logged_in_full_and_re_raised_short(caplog: pytest.LogCaptu
 
 def test_a_stop_is_re_raised_without_a_traceback(caplog: pytest.LogCaptureFixture) -> None:
     stop = "An error occurred while calling o41.collectToPython.\n: java.lang.InterruptedException"
-    assert interrupted(RuntimeError(stop)) and not interrupted(RuntimeError("division by zero"))
+    cancelled = ("An error occurred while calling o39912.collectToPython.\n: org.apache.spark.SparkException: "
+                 "[SPARK_JOB_CANCELLED] Job 506 cancelled as part of cancellation of all jobs SQLSTATE: XXKDA")
+    assert interrupted(RuntimeError(stop)) and interrupted(RuntimeError(cancelled))
+    assert not interrupted(RuntimeError("division by zero"))
     with caplog.at_level(logging.ERROR), pytest.raises(WaylineError, match="InterruptedException"):
         concise_failures("wayline-test", failing_with(stop))(None, 8)
     assert not caplog.records

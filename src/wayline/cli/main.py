@@ -185,9 +185,13 @@ def _watch_delivery(settings: Settings, receiver: Receiver | None = None,
             watch(job, view, "delivery job",
                   lambda: stop_when() or (retry_query is not None and not retry_query.isActive)
                   or (recon is not None and not recon.isActive))
+            from wayline.pipelines.micro_batch import interrupted
+
             for name, side in (("retry query", retry_query), ("recon job", recon)):
-                if side is not None and side.exception() is not None:
-                    raise WaylineError(f"the {name} failed: {side.exception()}")
+                failure = side.exception() if side is not None else None
+                # Ctrl-C cancels every Spark job, the other queries' micro-batches too: a stop.
+                if failure is not None and not interrupted(failure):
+                    raise WaylineError(f"the {name} failed: {failure}")
         finally:
             if retry_query is not None:
                 retry_query.stop()

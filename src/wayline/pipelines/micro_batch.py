@@ -20,9 +20,15 @@ MAX_FAILURE_CHARS = 2000
 MicroBatchStep = Callable[[DataFrame, int], None]
 
 
+# How Spark words a stop: the query's own, or Ctrl-C in a command (PySpark's SIGINT
+# handler cancels every running job, another job's micro-batch among them).
+_STOPPED = ("java.lang.InterruptedException", "SPARK_JOB_CANCELLED")
+
+
 def interrupted(exc: BaseException) -> bool:
-    """Did a stop interrupt this micro-batch's Spark jobs? (Spark tells by the same text.)"""
-    return "java.lang.InterruptedException" in str(exc)
+    """Did a stop interrupt this micro-batch's Spark jobs? (Spark tells by the text.)"""
+    text = str(exc)
+    return any(sign in text for sign in _STOPPED)
 
 
 def concise_failures(query: str, step: MicroBatchStep) -> MicroBatchStep:
