@@ -210,6 +210,33 @@ class DeliverySettings(_Section):
     batch_remember_s: float = Field(
         default=3600.0, gt=0, description="an idle batch shard's replay guard is kept this long"
     )
+    engine: Literal["micro_batch", "senders"] = Field(
+        default="micro_batch",
+        description="micro_batch: the delivery job matches and sends in one Spark pass per micro-batch; senders: a "
+                    "JVM-only matching query writes requests to work_topic and long-lived sender processes send them",
+    )
+    matching_trigger: Literal["realtime", "micro_batch"] = Field(
+        default="realtime",
+        description="with engine = senders: the matching query runs under Spark's real-time trigger, or in "
+                    "back-to-back micro-batches",
+    )
+    realtime_checkpoint_s: float = Field(
+        default=30.0, gt=0,
+        description="with matching_trigger = realtime: how often the matching query checkpoints its offsets",
+    )
+    work_topic: str = Field(
+        default="wayline.delivery.work",
+        description="internal topic: with engine = senders, the matching query's requests for the sender processes",
+    )
+    work_partitions: int = Field(
+        default=4, ge=1, description="partitions of work_topic: at most this many sender processes share the work"
+    )
+    sender_processes: int = Field(
+        default=2, ge=1, description="with engine = senders: sender processes `wayline run delivery` starts"
+    )
+    sender_group: str = Field(
+        default="wayline-senders", description="the sender processes' Kafka consumer group on work_topic"
+    )
     metrics_host: str = "127.0.0.1"
     metrics_port: int = Field(
         default=9464, ge=0, le=65_535, description="the driver's Prometheus /metrics; 0: any free port"
