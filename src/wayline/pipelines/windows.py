@@ -22,17 +22,16 @@ from functools import reduce
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from wayline.pipelines.rule_output import output_record
 from wayline.rules.aggregation import COUNT_ALL, FOLDS, KEY, SLOTS, TENANT, WINDOW_END, fold_column
 from wayline.rules.counters import EMIT
-from wayline.rules.engine import OUTPUT_SOURCE_PREFIX, ActiveRule
+from wayline.rules.engine import ActiveRule
 from wayline.rules.expression import ColumnPath
 from wayline.rules.rule import DATA
 
 # Spark's marker of an event-time column (EventTimeWatermark.delayKey): a grouping column
 # carrying it is the one the watermark closes groups by.
 _WATERMARK_DELAY = "spark.watermarkDelayMs"
-# Times in ``data`` (window.start, window.end) as ISO 8601 with the offset, as the other rules write them.
-_JSON_TIME = "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX"
 _SLOT_COLUMNS = [f"__slot{slot}" for slot in range(SLOTS)]
 
 
@@ -111,13 +110,6 @@ def aggregated(rows: DataFrame) -> DataFrame:
     )
 
 
-def _iso(column: Column) -> Column:
-    """Python's ``isoformat`` of a UTC time, as the other rules' output events have it."""
-    whole = F.unix_micros(column) % F.lit(1_000_000) == F.lit(0)
-    return F.when(whole, F.date_format(column, "yyyy-MM-dd'T'HH:mm:ss'Z'")).otherwise(
-        F.date_format(column, "yyyy-MM-dd'T'HH:mm:ss.SSSSSS'Z'"))
-
-
 def _record(rule: ActiveRule) -> Column:
     """A closed window's output as the processor's EMIT row, NULL where HAVING rejects it."""
     spec = rule.compiled.aggregation
@@ -126,22 +118,10 @@ def _record(rule: ActiveRule) -> Column:
     subject = F.concat_ws("/", *(F.coalesce(F.col(f"{KEY}{i}"), F.lit("")) for i in range(keys))) if keys \
         else F.lit(None).cast("string")
     start_micros = F.unix_micros(F.col(WINDOW_END)) - F.lit(spec.size_us)
-    event = F.struct(
-        F.lit("1.0").alias("specversion"),
-        # As the Python path derives it: the rule, the key, the window's start.
-        F.substring(F.sha2(F.concat_ws("\x1f", F.lit(rule.state_key), F.col("key"), start_micros.cast("string")),
-                           256), 1, 32).alias("id"),
-        F.lit(OUTPUT_SOURCE_PREFIX + rule.name).alias("source"),
-        F.lit(rule.output_type).alias("type"),
-        F.lit("application/json").alias("datacontenttype"),
-        F.struct(*(F.expr(sql).alias(name) for name, sql in spec.select)).alias("data"),
-        subject.alias("subject"),
-        _iso(F.col(WINDOW_END)).alias("time"),
-        F.col(TENANT).alias("tenantid"),
-    )
-    record = F.struct(
-        F.lit(rule.output_topic).alias("out_topic"), subject.alias("out_key"),
-        F.to_json(event, {"timestampFormat": _JSON_TIME}).alias("out_value"))
+    origin = F.concat_ws("\x1f", F.col("key"), start_micros.cast("string"))
+    output = output_record(rule, spec.select, origin, subject, F.col(WINDOW_END), F.col(TENANT))
+    record = F.struct(output["topic"].alias("out_topic"), output["key"].cast("string").alias("out_key"),
+                      output["value"].cast("string").alias("out_value"))
     condition = F.col("rule") == F.lit(rule.state_key)
     if spec.having:
         condition = condition & F.expr(spec.having)
