@@ -8,6 +8,7 @@ and Spark with Wayline's connector jars.
 from __future__ import annotations
 
 import itertools
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -39,6 +40,18 @@ def stack(base_settings: Settings) -> Iterator[object]:
 
     state = local.up(base_settings)
     yield state
+    # The broker's clients go before the broker, or their producers retry a closed port at exit
+    # ("Connection refused" from librdkafka after the suite): Spark's Python workers hold
+    # producers, and so may this process.
+    if "pyspark" in sys.modules:
+        from pyspark.sql import SparkSession
+
+        if (session := SparkSession.getActiveSession()) is not None:
+            session.stop()
+    if "wayline.pipelines.worker" in sys.modules:
+        from wayline.pipelines.worker import close_pools
+
+        close_pools()
     local.down(base_settings)
 
 

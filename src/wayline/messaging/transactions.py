@@ -148,6 +148,9 @@ class TransactionPool:
             with slot.lock:
                 if slot.open is not None:
                     self._abort(slot)
+                # librdkafka's client lives until its last reference goes: a closed pool
+                # keeps no producer reconnecting to the broker.
+                slot.producer = None
 
     def _reap_forever(self) -> None:
         while not self._stop.wait(min(1.0, self._timeout_s / 4)):

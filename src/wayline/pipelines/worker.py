@@ -99,9 +99,12 @@ def worker_pool(settings: Settings) -> WorkerPool:
 
 
 @atexit.register
-def _close_all() -> None:
-    for pool in _pools.values():
-        pool.close()
+def close_pools() -> None:
+    """Close this process's pools (at exit, or before the broker they write to goes away)."""
+    with _pools_lock:
+        for pool in _pools.values():
+            pool.close()
+        _pools.clear()
 
 
-__all__ = ["MAX_RECORD_BYTES", "WorkerPool", "worker_pool"]
+__all__ = ["MAX_RECORD_BYTES", "WorkerPool", "close_pools", "worker_pool"]
