@@ -40,7 +40,7 @@ T0_MS = int(T0.timestamp() * 1000)
 HEARTBEAT = "wayline.recon.heartbeat"
 PERIODS = {"o": 60, "n": 10, "m": 120, "z": 3600}
 SCENARIOS = ("present", "never", "found", "after_m", "out_of_order", "duplicates", "late_audit", "stalled",
-             "heartbeats", "corrected")
+             "heartbeats", "corrected", "split")
 
 
 def at(seconds: float) -> str:
@@ -79,6 +79,9 @@ ACTS: list[dict[str, tuple[list[bytes], list[bytes]]]] = [
         "stalled": ([expected("s1", 1)], []),
         "heartbeats": ([], [heartbeat(10)]),
         "corrected": ([expected("c1", 1), expected("c2", 2)], [actual("c1", 1)]),
+        # p1 and p3 pair inside the micro-batch (p3 with a duplicate beside it), p2's actual comes in the next.
+        "split": ([expected("p1", 1), expected("p2", 3), expected("p3", 4)],
+                  [actual("p1", 2), actual("p3", 4), actual("p3", 4)]),
     },
     {
         "found": ([], [heartbeat(30)]),
@@ -86,6 +89,7 @@ ACTS: list[dict[str, tuple[list[bytes], list[bytes]]]] = [
         "out_of_order": ([expected("o1", 2)], [actual("o2", 4)]),
         "late_audit": ([], [heartbeat(30)]),
         "corrected": ([], [heartbeat(85)]),  # window 0 closes: c2 missing, revision 1
+        "split": ([], [actual("p2", 4)]),
     },
     # -- the job restarts on its checkpoint here --
     {
@@ -96,7 +100,7 @@ ACTS: list[dict[str, tuple[list[bytes], list[bytes]]]] = [
     },
     {
         **{name: ([], [heartbeat(200)]) for name in (
-            "present", "never", "found", "after_m", "out_of_order", "duplicates", "late_audit")},
+            "present", "never", "found", "after_m", "out_of_order", "duplicates", "late_audit", "split")},
         "heartbeats": ([], [heartbeat(100)]),
         "corrected": ([], [heartbeat(300)]),
     },
@@ -258,6 +262,12 @@ def test_out_of_order_within_n(run: Run) -> None:
 def test_duplicates_on_either_side(run: Run) -> None:
     assert id_events(run, "duplicates") == []
     assert figures(run, "duplicates") == {0: {"expected": 1, "matched": 1, "duplicates": 3, "revision": 1}}
+
+
+def test_a_pair_inside_a_micro_batch_and_one_split_across_two_count_alike(run: Run) -> None:
+    assert id_events(run, "split") == []
+    assert figures(run, "split") == {0: {"expected": 3, "matched": 3, "duplicates": 1, "revision": 1}}
+    assert published(run, "split") == [(0, 1, 100.0)]
 
 
 def test_a_late_audit_record_matches(run: Run) -> None:

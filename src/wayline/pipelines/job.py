@@ -69,14 +69,18 @@ class RestartingQuery:
     def exception(self) -> BaseException | None:
         if self._error is not None:
             return self._error
-        failure = self._query.exception() if self._query is not None else None
+        query = self._query
+        failure = query.exception() if query is not None else None
         if failure is None:
             return None
         # Here, not at the top: the CLI imports this module and must start without pyspark.
         from wayline.pipelines.micro_batch import interrupted
 
         # A stop nearly always interrupts a micro-batch; it is replayed from the checkpoint.
-        if (self._stopping.is_set() or self._restarting) and interrupted(failure):
+        # Read after the failure: a restart may have ended since, its new query already in
+        # place (it is set before the flag is cleared), which leaves the failure an old one's.
+        stopped = self._stopping.is_set() or self._restarting or query is not self._query
+        if stopped and interrupted(failure):
             return None
         return WaylineError(f"the {self._name} query failed: {failure}")
 

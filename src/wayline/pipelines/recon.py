@@ -5,7 +5,10 @@ The query::
     Kafka (every reconciliation's topics, one pattern) -> parse once (JVM)
       -> per reconciliation and side: (reconciliation, side, id, source, time) read by
          Spark SQL expressions (CloudEvents attributes or data.* paths); heartbeats once per bucket
-      -> ONE shuffle by (reconciliation, bucket = hash(id) % recon.buckets)
+      -> packed in Arrow (``wayline.recon.packing``): per input batch, one row of lists per
+         (reconciliation, bucket = hash(id) % recon.buckets), so few rows cross PySpark's
+         row-by-row input path of the stateful operator
+      -> ONE shuffle by (reconciliation, bucket)
       -> transformWithStateInPandas (processing-time mode) -> ReconProcessor: one
          ``wayline.recon.state.Bucket`` per key, live in its Python worker, stored by chunk
          of event time (only the chunks a micro-batch changed are written)
@@ -47,7 +50,7 @@ from confluent_kafka import Producer
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle, StreamingQuery
-from pyspark.sql.types import BinaryType, LongType, StringType, StructField, StructType
+from pyspark.sql.types import ArrayType, BinaryType, IntegerType, LongType, StringType, StructField, StructType
 
 from wayline.core.errors import RetryLater, WaylineError
 from wayline.core.kafka import ensure_topics
@@ -56,8 +59,8 @@ from wayline.pipelines.envelope import parse_events, valid_events
 from wayline.pipelines.job import RestartingQuery
 from wayline.pipelines.micro_batch import concise_failures
 from wayline.pipelines.source import read_kafka
+from wayline.recon import packing, store
 from wayline.recon import reconciliation as service
-from wayline.recon import store
 from wayline.recon.events import id_event, metrics_event
 from wayline.recon.periods import Periods
 from wayline.recon.reconciliation import SideIn
@@ -84,7 +87,11 @@ _META_SCHEMA = StructType([StructField("token", LongType()), StructField("clock"
                            StructField("moved_at", LongType()), StructField("timer", LongType())])
 _CHUNK_KEY_SCHEMA = StructType([StructField("chunk", LongType())])
 _CHUNK_SCHEMA = StructType([StructField("blob", BinaryType())])
-
+PACKED_SCHEMA = StructType([
+    StructField("recon_id", StringType()), StructField("bucket", IntegerType()),
+    *(StructField(name, ArrayType(StringType())) for name in ("side", "id", "source")),
+    StructField("time", ArrayType(LongType())),
+])
 
 
 @dataclass(frozen=True)
@@ -198,7 +205,7 @@ class ReconProcessor(StatefulProcessor):
         self._chunks = handle.getMapState("chunks", _CHUNK_KEY_SCHEMA, _CHUNK_SCHEMA)
 
     def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any) -> Iterator[pd.DataFrame]:
-        frame = pd.concat(list(rows), ignore_index=True)
+        frame = packing.unpacked(rows)
         # The reconciler takes records in (time, side, id) order: sorted here, column-wise.
         frame = frame.assign(order=frame["side"].map(SIDE_ORDER)).sort_values(["time", "order", "id"])
         yield self._step((key[0], int(key[1])), (frame["side"].tolist(), frame["id"].tolist(),
@@ -278,7 +285,8 @@ def recon_stream(spark: SparkSession, settings: Settings, specs: Sequence[ReconS
     raw = read_kafka(spark, settings, topics_pattern(specs))
     events = valid_events(parse_events(raw, max_bytes=settings.envelope.max_bytes))
     routed = routed_records(events, specs, settings.recon.heartbeat_type, settings.recon.buckets)
-    return routed.groupBy("recon_id", "bucket").transformWithStateInPandas(
+    packed = routed.mapInArrow(packing.pack, PACKED_SCHEMA)
+    return packed.groupBy("recon_id", "bucket").transformWithStateInPandas(
         statefulProcessor=ReconProcessor({spec.id: spec.periods for spec in specs}),
         outputStructType=OUTPUT_SCHEMA,
         outputMode="Append",
