@@ -5,10 +5,12 @@ restart, a subscription disabled or deleted between routing and sending."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import threading
 import time
+import urllib.request
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
@@ -205,18 +207,51 @@ def receivers() -> Iterator[Receivers]:
         yield running
 
 
+def metrics_of(log: Path) -> str:
+    """The sender's /metrics, at the port its start line names."""
+    where = re.search(r"metrics at (http://127\.0\.0\.1:\d+/metrics)", log.read_text())
+    assert where is not None, log.read_text()
+    with urllib.request.urlopen(where.group(1), timeout=10) as answer:
+        return answer.read().decode()
+
+
+def quarantined(settings: Settings, key: bytes) -> list[Message]:
+    consumer = Consumer({"bootstrap.servers": settings.kafka_bootstrap(), "group.id": f"q-{time.time()}",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer.subscribe([settings.kafka.quarantine_topic])
+    found: list[Message] = []
+    deadline = time.monotonic() + 60
+    try:
+        while not found and time.monotonic() < deadline:
+            found += [r for r in consumer.consume(500, 1.0) if r.error() is None and r.key() == key]
+    finally:
+        consumer.close()
+    return found
+
+
 @pytest.mark.integration
 def test_a_sender_process_delivers_records_and_audits_them(
         api_settings: Settings, database, receivers: Receivers, unique: str, tmp_path: Path) -> None:
     stack = Stack(api_settings, database, receivers, f"one{unique}", ["a", "b"])
-    sender = stack.start(tmp_path / "sender.log")
+    log = tmp_path / "sender.log"
+    sender = stack.start(log)
     try:
         events = [f"{unique}-{n}" for n in range(200)]
-        sent = set(stack.produce("a", events[:100]) + stack.produce("b", events[100:]))
+        sent = set(stack.produce("a", events[:100]))
+        # A record that breaks the contract, among good ones: quarantined, and the rest still sent.
+        bad_key = f"bad-{unique}".encode()
+        stack.producer.produce(stack.topic, b"{}", key=bad_key, headers=headers_for("sub_x", "ep_x", "e")[:-1])
+        sent |= set(stack.produce("b", events[100:]))
         wait_for(lambda: stack.arrivals.ids() >= sent, "every request at the receiver", 120)
         wait_for(stack.arrivals.quiet, "the receiver to go quiet", 30)
+        scraped = metrics_of(log)
     finally:
-        assert stop(sender) == 0, (tmp_path / "sender.log").read_text()
+        assert stop(sender) == 0, log.read_text()
+    delivered = re.findall(r'wayline_deliveries_total\{[^}]*outcome="delivered"[^}]*\} (\S+)', scraped)
+    assert sum(float(n) for n in delivered) == len(sent)
+    assert f'wayline_events_quarantined_total{{reason="{BAD_RECORD}"}} 1.0' in scraped
+    copy, = quarantined(api_settings, bad_key)
+    assert dict(copy.headers())[REASON_HEADER] == BAD_RECORD.encode()
     assert stack.arrivals.ids() == sent and stack.arrivals.bad_signatures == 0
     assert all(len(times) == 1 for times in stack.arrivals.at.values())
     with database.transaction() as s:
@@ -226,8 +261,7 @@ def test_a_sender_process_delivers_records_and_audits_them(
     outcomes = audit_outcomes(api_settings, keys)
     assert outcomes.keys() == keys
     assert {(o["outcome"], o["topic"]) for o in outcomes.values()} == {("delivered", SOURCE)}
-    log = (tmp_path / "sender.log").read_text()
-    assert "metrics at http://127.0.0.1:" in log and "stopped" in log
+    assert "stopped" in log.read_text()
 
 
 @pytest.mark.integration
