@@ -351,6 +351,5 @@ def running_senders(settings: Settings) -> Iterator[list[int]]:
 
 __all__ = [
     "BAD_RECORD", "FIRST_WAIT_S", "MAX_BATCH", "SENDER_COMMAND", "Decoded", "Sender", "SenderSnapshot", "decode",
-    "ensure_work_topics",
-    "load_sender_snapshot", "run_sender", "running_senders",
+    "ensure_work_topics", "load_sender_snapshot", "run_sender", "running_senders",
 ]
