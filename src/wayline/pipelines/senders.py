@@ -55,6 +55,7 @@ from wayline.core.settings import Settings
 from wayline.delivery import work
 from wayline.delivery.holder import Polled, SnapshotHolder
 from wayline.delivery.metrics import DeliveryMetrics
+from wayline.delivery.outcomes import Outcome
 from wayline.delivery.stage import StageSettings
 from wayline.delivery.targets import Target, target_of
 from wayline.pipelines.registry_changes import disable_gone
@@ -235,6 +236,10 @@ class Sender:
         if summary is not None:
             summary.batches, summary.registry_version = 1, snapshot.version
             self._metrics.add(summary)
+            retried = summary.deliveries.total(Outcome.RETRIED)
+            if retried:
+                # Deferred (failing or slow endpoint), cut, or refused: the retry path has them now.
+                _log.info("%d of %d requests handed to the retry path", retried, len(records))
             gone = summary.deliveries.gone_subscriptions()
             if gone:
                 disable_gone(self._database, gone)
