@@ -159,6 +159,9 @@ class Stack:
             "WAYLINE_DELIVERY__SENDER_GROUP": self.group,
             "WAYLINE_DELIVERY__SENDER_METRICS_PORT": "0",
             "WAYLINE_REGISTRY__URL_ALLOW_LIST": '["127.0.0.1/32"]',
+            # No retry path runs here: a request cut as a straggler on a loaded machine
+            # would wait in the retry store, not arrive. The stage deadline still cuts.
+            "WAYLINE_DELIVERY__STRAGGLER_CUT_S": "5",
         }
 
     def produce(self, path: str, event_ids: list[str], rate: float | None = None) -> list[str]:
