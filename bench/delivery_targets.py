@@ -210,10 +210,13 @@ def _descendants(processes: dict[int, tuple[int, float, bytes]], roots: list[int
 # --- Producing -------------------------------------------------------------------------
 
 
-def produce_paced(bootstrap: str, prefix: str, run_id: str, segments: list[tuple[float, float]], out: Any) -> None:
+def produce_paced(bootstrap: str, prefix: str, run_id: str, segments: list[tuple[float, float]], out: Any,
+                  emit: Callable[[Producer, loadgen.Record], None] | None = None) -> None:
     """The steady producer's process: each (rate, seconds) segment in turn, paced every
     ``TICK_S`` (not in bursts), each tick's events stamped with the time they are sent.
-    Sends back, per segment, its epoch bounds and the rate it achieved."""
+    Sends back, per segment, its epoch bounds and the rate it achieved. ``emit`` writes
+    each event (``bench/senders.py``: as work records); default: to its event topic."""
+    emit = emit or _produce
     factory = loadgen.EventFactory(topic_prefix=prefix, run_id=run_id)
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "compression.type": "lz4",
                          "queue.buffering.max.messages": 1_000_000})
@@ -224,7 +227,7 @@ def produce_paced(bootstrap: str, prefix: str, run_id: str, segments: list[tuple
             due = int(rate * elapsed) - sent
             # A fresh `records` call stamps its first event with the time now.
             for record in factory.records(due):
-                _produce(producer, record)
+                emit(producer, record)
             sent += due
             producer.poll(0)
             time.sleep(TICK_S)
@@ -244,10 +247,10 @@ def _produce(producer: Producer, record: loadgen.Record) -> None:
             producer.poll(0.05)  # the local queue is full: let the broker catch up
 
 
-def produce_steady(bootstrap: str, prefix: str, run_id: str,
-                   segments: list[tuple[float, float]]) -> list[dict[str, Any]]:
+def produce_steady(bootstrap: str, prefix: str, run_id: str, segments: list[tuple[float, float]],
+                   emit: Callable[[Producer, loadgen.Record], None] | None = None) -> list[dict[str, Any]]:
     receive_marks, send_marks = SPAWN.Pipe(duplex=False)
-    process = SPAWN.Process(target=produce_paced, args=(bootstrap, prefix, run_id, segments, send_marks))
+    process = SPAWN.Process(target=produce_paced, args=(bootstrap, prefix, run_id, segments, send_marks, emit))
     process.start()
     marks: list[dict[str, Any]] = receive_marks.recv()
     process.join()

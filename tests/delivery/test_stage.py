@@ -19,7 +19,7 @@ from tests.delivery.receivers import Receivers
 from tests.delivery.servers import Handler, Recorder, loopback_transport
 from wayline.core.secret import Secret
 from wayline.core.settings import DeliverySettings
-from wayline.delivery.attempt import Pending, settle
+from wayline.delivery.attempt import DeadLettered, DeadLetterReason, Pending, State, settle
 from wayline.delivery.circuit import CircuitSettings, process_breakers
 from wayline.delivery.memory import MemoryStore, MemoryTransport, webhook_id
 from wayline.delivery.outcomes import Outcome
@@ -438,3 +438,23 @@ def test_a_stage_in_memory_skips_what_is_settled_defers_the_failing_and_records_
     assert by_endpoint["ep_hang"].outcome.kind == FailureKind.DEADLINE  # type: ignore[union-attr]
     assert by_endpoint["ep_down"].outcome.kind == FailureKind.DEFERRED  # type: ignore[union-attr]
     assert by_endpoint["ep_busy"].outcome.status == 503  # type: ignore[union-attr]
+
+
+def test_on_settled_hears_every_kept_state_and_gone_subscriptions_are_dead_lettered_unsent() -> None:
+    async def answer(request: Request) -> Result:
+        return Response(200, {}, b"", 0.001)
+
+    transport, store = MemoryTransport(answer), MemoryStore()
+    targets = {name: target(name, f"http://127.0.0.1:9/{name}") for name in ("ep_a", "ep_b")}
+    pendings = [single("hook", f"e-{name}", name) for name in targets]
+    heard: list[State] = []
+
+    tally = run_stage(pendings, targets, store, transport.factory(), StageSettings(deadline_s=DEADLINE_S),
+                      gone={"sub_hook_ep_b"}, on_settled=heard.extend)
+
+    assert [r.endpoint.id for r in transport.requests] == ["ep_a"]
+    assert (tally.total(Outcome.DELIVERED), tally.total(Outcome.DEAD_LETTERED)) == (1, 1)
+    # What the self-audit writes its outcomes from: each state the store kept, once.
+    assert sorted(map(webhook_id, heard)) == sorted(store.states) == sorted(p.webhook_id for p in pendings)
+    unsent = next(s for s in heard if webhook_id(s) == pendings[1].webhook_id)
+    assert isinstance(unsent, DeadLettered) and unsent.reason == DeadLetterReason.REJECTED

@@ -248,6 +248,37 @@ def run_retries() -> None:
         watch(query, view, "retry query")
 
 
+@run_app.command("senders")
+@guarded
+def run_senders() -> None:
+    """Send what the matching query routed to the work topic (delivery.engine = "senders"): one sender process,
+    until SIGINT or SIGTERM; metrics on /metrics (delivery.sender_metrics_port)."""
+    import logging
+    import signal
+
+    from wayline.delivery.metrics import DeliveryMetrics
+    from wayline.pipelines.senders import run_sender
+
+    settings = Settings()
+    stop = threading.Event()
+    for number in (signal.SIGINT, signal.SIGTERM):
+        # The stage in progress finishes, is recorded and committed; then the process exits.
+        signal.signal(number, lambda *_: stop.set())
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.getLogger("wayline").addHandler(handler)
+    logging.getLogger("wayline").setLevel(logging.INFO)
+    metrics = DeliveryMetrics()
+    pid = os.getpid()
+    with (compose.metrics_served(metrics, settings.delivery.metrics_host, settings.delivery.sender_metrics_port,
+                                 "WAYLINE_DELIVERY__SENDER_METRICS_PORT") as server,
+          compose.database(settings) as database):
+        console.print(f"sender {pid}: sending from {settings.delivery.work_topic} as {settings.delivery.sender_group}; "
+                      f"metrics at {server.where}; SIGINT or SIGTERM stops", soft_wrap=True)
+        run_sender(settings, database, metrics, stop)
+    console.print(f"sender {pid}: stopped")
+
+
 @serve_app.command("admin")
 @guarded
 def serve_admin(

@@ -237,6 +237,10 @@ class DeliverySettings(_Section):
     sender_group: str = Field(
         default="wayline-senders", description="the sender processes' Kafka consumer group on work_topic"
     )
+    sender_metrics_port: int = Field(
+        default=0, ge=0, le=65_535,
+        description="each sender process's Prometheus /metrics; 0: any free port, logged when the process starts",
+    )
     metrics_host: str = "127.0.0.1"
     metrics_port: int = Field(
         default=9464, ge=0, le=65_535, description="the driver's Prometheus /metrics; 0: any free port"

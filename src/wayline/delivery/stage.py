@@ -134,9 +134,15 @@ def run_stage(
     clock: Callable[[], datetime] = utc_now,
     rng: Random | None = None,
     failing: Collection[str] = frozenset(),
+    gone: Collection[str] = frozenset(),
     run: Run[list[State]] = asyncio.run,
+    on_settled: Record = lambda _: None,
 ) -> Tally:
     """Deliver ``pendings`` to their endpoints (``targets`` by id); returns what happened to each.
+
+    ``on_settled`` hears of each batch of states once the store keeps it (the self-audit's
+    outcomes are written from them). Deliveries to the ``gone`` subscriptions (known gone to
+    the caller, besides what the store says) are dead-lettered unsent.
 
     Deliveries to the ``failing`` endpoints, and to those this process recently cut as
     stragglers, are handed to the retry path unsent: a hanging endpoint would otherwise
@@ -159,13 +165,18 @@ def run_stage(
             fresh.append(pending)
     if not fresh:
         return tally
+
+    def record(states: Sequence[State]) -> None:
+        store.record(states)
+        on_settled(states)
+
     blocked = store.blocked({p.subscription_id for p in fresh}, {p.endpoint_id for p in fresh})
     slow = process_slow_endpoints()
     now = clock()
     todo: list[Pending] = []
     unsent: list[State] = []
     for pending in fresh:
-        if pending.subscription_id in blocked.gone:
+        if pending.subscription_id in blocked.gone or pending.subscription_id in gone:
             unsent.append(abandon(pending))
         elif pending.endpoint_id in blocked.throttled:
             until = blocked.throttled[pending.endpoint_id]
@@ -179,8 +190,8 @@ def run_stage(
         else:
             todo.append(pending)
     if unsent:
-        store.record(unsent)
-    states = unsent + (attempt_all(todo, targets, transport, settings, store.record, clock=clock, rng=rng, run=run)
+        record(unsent)
+    states = unsent + (attempt_all(todo, targets, transport, settings, record, clock=clock, rng=rng, run=run)
                        if todo else [])
     for state in states:
         tally.settled(state)

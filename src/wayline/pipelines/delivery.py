@@ -29,7 +29,6 @@ batch is signed, limited, deadlined and recorded exactly like a single event.
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections.abc import Callable
@@ -38,7 +37,6 @@ from pathlib import Path
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from wayline.core.errors import RejectedInput
 from wayline.core.kafka import ensure_topics
 from wayline.core.settings import Settings
 from wayline.delivery.bucket import Source
@@ -50,18 +48,12 @@ from wayline.delivery.storage.drain import RetryQueue
 from wayline.pipelines.batching import BATCH_TOPIC_CONFIG, start_batching
 from wayline.pipelines.live_snapshot import LiveSnapshot, load_live_snapshot
 from wayline.pipelines.micro_batch import concise_failures
+from wayline.pipelines.registry_changes import DELIVERY_CALLER, GONE_REASON, disable_gone
 from wayline.pipelines.routing import micro_batch_work
 from wayline.pipelines.sending import PartitionSender, send, task_settings
 from wayline.pipelines.source import delivered_topic_pattern, read_kafka
-from wayline.registry import subscription
-from wayline.registry.access import Caller
 from wayline.registry.db import Database
 from wayline.registry.endpoint import EndpointService
-
-_log = logging.getLogger(__name__)
-
-# Registry changes the job makes on its own (410 Gone) are an operator's, not a customer's.
-DELIVERY_CALLER = Caller(key_id="wayline-delivery", customer_id=None)
 
 
 def ensure_delivery_topics(settings: Settings) -> None:
@@ -83,23 +75,6 @@ def deliver_micro_batch(
     summary.phase_seconds["micro_batch"] += time.perf_counter() - started
     summary.batches, summary.registry_version = 1, live.version
     return summary
-
-
-GONE_REASON = "its endpoint answered 410 Gone"
-
-
-def disable_gone(database: Database, subscription_ids: set[str]) -> None:
-    """Disable the subscriptions whose endpoint answered 410 Gone (the version bump swaps them out)."""
-    for subscription_id in sorted(subscription_ids):
-        try:
-            with database.transaction() as session:
-                subscription.update(session, DELIVERY_CALLER, subscription_id,
-                                    subscription.SubscriptionPatch(enabled=False, disabled_reason=GONE_REASON))
-        except RejectedInput as exc:
-            # Deleted meanwhile, or no longer valid as it stands: its 410s keep being handed over.
-            _log.warning("could not disable subscription %s after 410 Gone: %s", subscription_id, exc)
-        else:
-            _log.warning("disabled subscription %s: its endpoint answered 410 Gone", subscription_id)
 
 
 class DeliveryJob:

@@ -48,9 +48,11 @@ from wayline.delivery.outcomes import BatchSummary, Tally
 from wayline.delivery.stage import StageSettings
 from wayline.delivery.storage.drain import Failing, RetryQueue, run_retry_stage
 from wayline.delivery.targets import Target, target_of
-from wayline.pipelines.delivery import DELIVERY_CALLER, disable_gone, ensure_delivery_topics
+from wayline.pipelines.delivery import ensure_delivery_topics
 from wayline.pipelines.micro_batch import concise_failures
-from wayline.pipelines.sending import TALLY_SCHEMA, task_settings, write_outcomes
+from wayline.pipelines.registry_changes import DELIVERY_CALLER, disable_gone
+from wayline.pipelines.send_step import write_outcomes
+from wayline.pipelines.sending import TALLY_SCHEMA, task_settings
 from wayline.pipelines.worker import worker_pool
 from wayline.registry.db import Database
 from wayline.registry.endpoint import EndpointPatch, EndpointService

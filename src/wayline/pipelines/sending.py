@@ -2,11 +2,12 @@
 
 A frame of work rows — the columns of :data:`WORK_SCHEMA`, as
 :mod:`~wayline.pipelines.routing` makes them (the batching query's ready batches have
-the first five only) — goes through ``mapInArrow``: each task runs one delivery stage
-(:func:`~wayline.delivery.stage.run_stage`: dispatcher, stage deadline, the delivery log
-and retry store written by the task itself) for its ``single`` and ``batch`` rows,
-writes its ``record`` rows (quarantine copies, batch-mode bundles) to Kafka and waits for
-the broker's acknowledgement, and counts everything. It returns one row: its
+the first five only) — goes through ``mapInArrow``: each task does the send step
+(:func:`~wayline.pipelines.send_step.send_work`, which the sender processes run too): one
+delivery stage (:func:`~wayline.delivery.stage.run_stage`: dispatcher, stage deadline,
+the delivery log and retry store written by the task itself) for its ``single`` and
+``batch`` rows, its ``record`` rows (quarantine copies, batch-mode bundles) written to
+Kafka and acknowledged, and everything counted. It returns one row: its
 :class:`~wayline.delivery.outcomes.BatchSummary`. The transport, database pool and
 producer are the Python worker's (:mod:`~wayline.pipelines.worker`), kept across
 micro-batches.
@@ -19,43 +20,26 @@ Outcomes and records are written before the micro-batch commits, so a replay fin
 
 from __future__ import annotations
 
-import time
-from collections.abc import Collection, Iterator, Mapping, Sequence
-from datetime import datetime, timezone
+from collections.abc import Iterator
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from pydantic import SecretStr
 from pyspark import Broadcast
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 
-from wayline.core.kafka import KafkaRecord, produce_all
 from wayline.core.settings import DeliverySettings, KafkaSettings, PostgresSettings, RegistrySettings, Settings
-from wayline.delivery import audit
-from wayline.delivery.attempt import Kind, Pending, State
 from wayline.delivery.outcomes import BatchSummary, Outcome
-from wayline.delivery.stage import Blocked, DeliveryStore, StageSettings, run_stage
+from wayline.delivery.stage import StageSettings
 from wayline.delivery.targets import Target
-from wayline.pipelines.worker import WorkerPool, worker_pool
+from wayline.pipelines.send_step import SEND_COLUMNS, WORK_ARROW_SCHEMA, send_work
+from wayline.pipelines.worker import worker_pool
 
-_SEND_FIELDS = (
-    ("kind", "string"), ("subscription_id", "string"), ("endpoint_id", "string"), ("event_ids", "array<string>"),
-    ("body", "binary"),
-)
-_WORK_FIELDS = (
-    *_SEND_FIELDS, ("topic", "string"), ("key", "binary"), ("headers", "array<struct<key:string,value:binary>>"),
-    ("reason", "string"), ("events", "int"), ("source", "string"),
-)
-SEND_SCHEMA = ", ".join(f"{name} {kind}" for name, kind in _SEND_FIELDS)
-WORK_SCHEMA = ", ".join(f"{name} {kind}" for name, kind in _WORK_FIELDS)
-"""A row of work for a sending task, by ``kind``: ``single`` or ``batch`` (a request:
-``body`` to ``endpoint_id``), ``record`` (``body`` as the value of a Kafka record for
-``topic``: a quarantine copy with its ``reason``, or a batch-mode bundle), ``audit`` (a
-self-audit record, written like a record but not counted), ``filtered`` (a valid event
-no subscription wanted). ``events``: the valid events the row accounts for; ``source``:
-a single request's Kafka topic, for its audit outcome."""
+_WORK_FIELDS = from_arrow_schema(WORK_ARROW_SCHEMA).fields
+WORK_SCHEMA = ", ".join(f"{field.name} {field.dataType.simpleString()}" for field in _WORK_FIELDS)
+""":data:`~wayline.pipelines.send_step.WORK_ARROW_SCHEMA` (a row of work, by kind) as Spark DDL."""
+SEND_SCHEMA = ", ".join(f"{field.name} {field.dataType.simpleString()}" for field in _WORK_FIELDS[:SEND_COLUMNS])
 SUMMARY_SCHEMA = pa.schema([("summary", pa.binary())])
 # The rows of `Tally.rows()`, as each draining task returns them. Arrow is the source of
 # truth: the tasks build their batches with it and have no JVM to parse a DDL string.
@@ -68,8 +52,6 @@ TALLY_SCHEMA = pa.schema([
     ("latency_sum_s", pa.float64()),
     ("latency_buckets", pa.list_(pa.int64())),
 ])
-_REQUESTS = pa.array(["single", "batch"])
-_RECORDS = pa.array(["record", "audit"])
 
 
 class PartitionSender:
@@ -88,87 +70,10 @@ class PartitionSender:
         self._failing = failing
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        now = datetime.now(timezone.utc)
-        summary = BatchSummary()
-        pendings: list[Pending] = []
-        topics: dict[str, str] = {}
-        records: list[KafkaRecord] = []
-        for batch in batches:
-            pendings += _pendings(batch, now, topics)
-            records += _count_records(batch, summary)
-        if not (pendings or records or summary.events):
-            return
-        pool = worker_pool(self._settings)
-        started = time.perf_counter()
-        if records:
-            # Acknowledged before the stage: a quarantine copy, bundle or consumed-audit
-            # record is never lost to a failed send.
-            produce_all(pool.producer, records)
-            summary.phase_seconds["records"] += time.perf_counter() - started
-        if pendings:
-            started = time.perf_counter()
-            store = _Keeping(pool.store)
-            summary.deliveries = run_stage(pendings, self._targets.value, store, pool.transport, self._stage,
-                                           failing=self._failing, run=pool.run)
-            write_outcomes(pool, self._settings, store.states, topics, self._settings.delivery.batch_topic)
-            summary.phase_seconds["send"] += time.perf_counter() - started
-        yield pa.RecordBatch.from_pylist([{"summary": summary.to_json()}], schema=SUMMARY_SCHEMA)
-
-
-class _Keeping:
-    """The worker's store, keeping what the stage settled for the self-audit's outcomes."""
-
-    def __init__(self, store: DeliveryStore) -> None:
-        self._store = store
-        self.states: list[State] = []
-
-    def settled(self, webhook_ids: Collection[str]) -> set[str]:
-        return self._store.settled(webhook_ids)
-
-    def blocked(self, subscription_ids: Collection[str], endpoint_ids: Collection[str]) -> Blocked:
-        return self._store.blocked(subscription_ids, endpoint_ids)
-
-    def record(self, states: Sequence[State]) -> None:
-        self._store.record(states)
-        self.states.extend(states)
-
-
-def write_outcomes(pool: WorkerPool, settings: Settings, states: Sequence[State], topics: Mapping[str, str],
-                   otherwise: str) -> None:
-    """The self-audit's outcome records of the final ``states``, acknowledged (with ``audit.enabled``)."""
-    if settings.audit.enabled:
-        outcomes = audit.outcome_events(states, topics, otherwise, datetime.now(timezone.utc))
-        produce_all(pool.producer, (KafkaRecord(settings.audit.outcomes_topic, key, value) for key, value in outcomes))
-
-
-def _pendings(batch: pa.RecordBatch, now: datetime, topics: dict[str, str]) -> list[Pending]:
-    """``batch``'s requests; each single event's Kafka topic goes to ``topics``."""
-    # The HTTP edge: per-row Python is where the rows become signed requests anyway.
-    requests = batch.filter(pc.is_in(batch.column("kind"), _REQUESTS))
-    pendings = []
-    for row in requests.select(["kind", "subscription_id", "endpoint_id", "event_ids", "body", "source"]).to_pylist():
-        pendings.append(Pending.first(Kind(row["kind"]), row["event_ids"], row["body"],
-                                      subscription_id=row["subscription_id"], endpoint_id=row["endpoint_id"], now=now))
-        if row["source"] is not None:
-            topics[row["event_ids"][0]] = row["source"]
-    return pendings
-
-
-def _count_records(batch: pa.RecordBatch, summary: BatchSummary) -> list[KafkaRecord]:
-    """Add ``batch``'s counts to ``summary``; its Kafka records to write."""
-    kinds = batch.column("kind")
-    summary.events += pc.sum(batch.column("events")).as_py() or 0
-    summary.filtered += pc.sum(pc.equal(kinds, "filtered")).as_py() or 0
-    records = batch.filter(pc.is_in(kinds, _RECORDS))
-    written = []
-    for row in records.select(["kind", "topic", "key", "body", "headers", "reason", "event_ids"]).to_pylist():
-        if row["reason"] is not None:
-            summary.quarantined[row["reason"]] += 1
-        elif row["kind"] == "record":  # a bundle: its events wait for their batch
-            summary.held += len(row["event_ids"])
-        written.append(KafkaRecord(row["topic"], row["key"], row["body"],
-                                   [(h["key"], h["value"]) for h in row["headers"] or ()]))
-    return written
+        summary = send_work(batches, self._targets.value, self._settings, self._stage,
+                            lambda: worker_pool(self._settings), failing=self._failing)
+        if summary is not None:
+            yield pa.RecordBatch.from_pylist([{"summary": summary.to_json()}], schema=SUMMARY_SCHEMA)
 
 
 def task_settings(settings: Settings) -> Settings:
@@ -188,8 +93,8 @@ def task_settings(settings: Settings) -> Settings:
 def as_work(frame: DataFrame) -> DataFrame:
     """``frame`` with every column of :data:`WORK_SCHEMA`, those it lacks as NULL."""
     have = set(frame.columns)
-    return frame.select(*(F.col(name) if name in have else F.lit(None).cast(kind).alias(name)
-                          for name, kind in _WORK_FIELDS))
+    return frame.select(*(F.col(field.name) if field.name in have else F.lit(None).cast(field.dataType).alias(field.name)
+                          for field in _WORK_FIELDS))
 
 
 def send(work: DataFrame, sender: PartitionSender, partitions: int | None = None) -> BatchSummary:
@@ -212,5 +117,4 @@ def send(work: DataFrame, sender: PartitionSender, partitions: int | None = None
 
 __all__ = [
     "SEND_SCHEMA", "SUMMARY_SCHEMA", "TALLY_SCHEMA", "WORK_SCHEMA", "PartitionSender", "as_work", "send", "task_settings",
-    "write_outcomes",
 ]

@@ -20,7 +20,7 @@ import contextlib
 import threading
 from collections.abc import Coroutine
 from contextlib import AbstractAsyncContextManager
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from confluent_kafka import Producer
 
@@ -30,6 +30,10 @@ from wayline.delivery.storage.drain import RetryQueue
 from wayline.delivery.storage.store import PostgresDeliveryStore
 from wayline.delivery.transport import Transport
 from wayline.registry.db import make_engine
+
+if TYPE_CHECKING:
+    from wayline.delivery.http_client import AiohttpTransport
+    from wayline.delivery.reqwest_transport import ReqwestTransport
 
 _T = TypeVar("_T")
 # Bundles of batch-mode leftovers may be this large (the batch topic allows it).
@@ -44,7 +48,7 @@ class WorkerPool:
         self._engine = make_engine(settings.postgres_dsn())
         self.store = PostgresDeliveryStore(self._engine)
         self.queue = RetryQueue(self._engine)
-        self._transport: Any = transport_for(settings.registry.url_allow_list, settings.delivery.http_client)()
+        self._transport: AiohttpTransport | ReqwestTransport = transport_for(settings.registry.url_allow_list, settings.delivery.http_client)()
         self._runner.run(self._transport.__aenter__())
         self._bootstrap = settings.kafka_bootstrap()
         self._producer: Producer | None = None

@@ -1,0 +1,360 @@
+"""Sender processes: long-lived Python processes that send what the matching query routed.
+
+With ``delivery.engine = "senders"`` a JVM-only matching query writes each request to
+``delivery.work_topic`` (the record's format: :mod:`wayline.delivery.work`). Each sender
+process is a member of the consumer group ``delivery.sender_group`` on that topic
+(cooperative-sticky assignment, so processes share its partitions and a rebalance moves
+only what must move). Its loop:
+
+1. **poll**: wait up to :data:`FIRST_WAIT_S` for one record, then take at once whatever
+   else the client has fetched, up to :data:`MAX_BATCH`. An idle process sends a lone
+   record as soon as it comes; a busy one finds the next batch already fetched (librdkafka
+   fetches in the background while a stage runs), so batches grow with the load and
+   nothing waits to fill one;
+2. **decode** the records into work rows (:func:`decode`); a record that breaks the
+   contract is quarantined with its reason, counted, and never stops the process;
+3. **send** them with the send step the Spark sending tasks run
+   (:func:`~wayline.pipelines.send_step.send_work`): the same stage, dispatcher,
+   deadline, straggler cut, delivery log, retry store and self-audit outcomes, with
+   targets from the process's own registry snapshot;
+4. **commit** the batch's offsets, synchronously, only once its outcomes are recorded:
+   a crash resends at most what was consumed but not committed, and the stage's
+   ``settled`` check skips every one of those whose outcome was recorded (at-least-once,
+   the same webhook id on every attempt).
+
+The transport, database pool and producer are one :class:`~wayline.pipelines.worker.WorkerPool`
+for the process's life. Nothing here loads Spark.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Collection, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import pyarrow as pa
+from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
+
+from wayline.core.envelope import (
+    DETAIL_HEADER,
+    REASON_HEADER,
+    SOURCE_OFFSET_HEADER,
+    SOURCE_PARTITION_HEADER,
+    SOURCE_TOPIC_HEADER,
+)
+from wayline.core.errors import WaylineError
+from wayline.core.kafka import ensure_topics
+from wayline.core.settings import Settings
+from wayline.delivery import work
+from wayline.delivery.holder import Polled, SnapshotHolder
+from wayline.delivery.metrics import DeliveryMetrics
+from wayline.delivery.outcomes import Outcome
+from wayline.delivery.stage import StageSettings
+from wayline.delivery.targets import Target, target_of
+from wayline.pipelines.registry_changes import disable_gone
+from wayline.pipelines.send_step import WORK_ARROW_SCHEMA, send_work
+from wayline.pipelines.worker import WorkerPool
+from wayline.registry.db import Database
+from wayline.registry.endpoint import EndpointService
+from wayline.registry.snapshot import load_snapshot
+
+_log = logging.getLogger(__name__)
+
+FIRST_WAIT_S = 0.5
+"""How long a poll waits for a first record; also how late an idle process sees a stop."""
+MAX_BATCH = 2000
+"""Records per stage at most: at 10,000/s about 0.2 s of work, whose two pre-send queries
+and one commit are shared by all; at 1,000/s batches stay far smaller (what came in while
+the last stage ran)."""
+SESSION_TIMEOUT_MS = 10_000
+"""A process that died (kill -9) keeps its partitions this long before the group moves them."""
+FAILED_STAGE_PAUSE_S = 1.0
+STOP_GRACE_S = 30.0
+"""How long :func:`running_senders` lets a process finish its stage before killing it."""
+BAD_RECORD = "bad_work_record"
+"""The quarantine reason of a work record that breaks the contract of :mod:`wayline.delivery.work`."""
+_REQUIRED = (work.KIND, work.SUBSCRIPTION, work.ENDPOINT, work.EVENT, work.SOURCE, work.VERSION)
+
+
+@dataclass(frozen=True)
+class SenderSnapshot:
+    """What a sender process needs of the registry: the targets and which subscriptions are live."""
+
+    version: int
+    targets: dict[str, Target]
+    subscriptions: frozenset[str]
+    """Enabled subscriptions of enabled endpoints."""
+
+
+def load_sender_snapshot(database: Database, endpoints: EndpointService) -> SenderSnapshot:
+    with database.transaction() as session:
+        snapshot = load_snapshot(session, endpoints)
+    return SenderSnapshot(snapshot.version, {e.id: target_of(e) for e in snapshot.endpoints.values()},
+                          frozenset(snapshot.subscriptions))
+
+
+@dataclass(frozen=True)
+class Decoded:
+    """A poll's records as work rows (:data:`~wayline.pipelines.send_step.WORK_ARROW_SCHEMA`)."""
+
+    work: pa.RecordBatch
+    """``single`` requests, and a quarantine ``record`` per bad work record."""
+    version: int
+    """The newest registry version the requests were routed with (0: no request)."""
+    subscriptions: frozenset[str]
+    """The requests' subscriptions."""
+    bad: int
+
+
+def decode(records: Sequence[Message], quarantine_topic: str) -> Decoded:
+    """``records`` of the work topic as work rows; each one that breaks the contract
+    becomes its quarantine copy (the original key, value and headers, plus why)."""
+    rows: list[dict[str, object]] = []
+    version, subscriptions, bad = 0, set(), 0
+    for record in records:
+        raw = list(record.headers() or ())
+        headers, problem = _headers(raw)
+        value = record.value()
+        if problem is None and value is None:
+            problem = "the record has no value (the request body)"
+        if problem is not None:
+            bad += 1
+            rows.append({
+                "kind": "record", "topic": quarantine_topic, "key": record.key(), "body": value, "reason": BAD_RECORD,
+                "headers": [{"key": k, "value": v} for k, v in raw] + [
+                    {"key": name, "value": text.encode()} for name, text in (
+                        (REASON_HEADER, BAD_RECORD), (DETAIL_HEADER, problem), (SOURCE_TOPIC_HEADER, record.topic()),
+                        (SOURCE_PARTITION_HEADER, str(record.partition())), (SOURCE_OFFSET_HEADER, str(record.offset())),
+                    )],
+            })
+            continue
+        version = max(version, int(headers[work.VERSION]))
+        subscriptions.add(headers[work.SUBSCRIPTION])
+        rows.append({
+            "kind": "single", "subscription_id": headers[work.SUBSCRIPTION], "endpoint_id": headers[work.ENDPOINT],
+            "event_ids": [headers[work.EVENT]], "body": value, "source": headers[work.SOURCE],
+        })
+    return Decoded(pa.RecordBatch.from_pylist(rows, schema=WORK_ARROW_SCHEMA), version, frozenset(subscriptions), bad)
+
+
+def _headers(raw: Sequence[tuple[str, bytes | None]]) -> tuple[dict[str, str], str | None]:
+    """The contract's headers as text, or why they are not usable."""
+    headers: dict[str, str] = {}
+    for name, value in raw:
+        if name not in _REQUIRED:
+            continue
+        if value is None:
+            return headers, f"header {name} has no value"
+        try:
+            headers[name] = value.decode()
+        except UnicodeDecodeError:
+            return headers, f"header {name} is not UTF-8"
+    missing = [name for name in _REQUIRED if not headers.get(name)]
+    if missing:
+        return headers, "missing header(s): " + ", ".join(missing)
+    if headers[work.KIND] != "single":
+        return headers, f"{work.KIND} is {headers[work.KIND]!r}: a sender process sends 'single' requests only"
+    if not headers[work.VERSION].isdigit():
+        return headers, f"{work.VERSION} is {headers[work.VERSION]!r}, not a registry version (a whole number)"
+    return headers, None
+
+
+class Sender:
+    """One sender process's consumer, registry snapshot, pools and loop (see the module's doc)."""
+
+    def __init__(self, settings: Settings, database: Database, metrics: DeliveryMetrics) -> None:
+        delivery = settings.delivery
+        self._settings = settings
+        self._database = database
+        self._metrics = metrics
+        self._stage = StageSettings.from_settings(delivery)
+        endpoints = EndpointService.from_settings(settings)
+        self._holder = SnapshotHolder(load=lambda: load_sender_snapshot(database, endpoints),
+                                      version=database.current_version, poll_s=delivery.version_poll_s)
+        self._holder.current()  # a registry that cannot be read is an error at start, not in the loop
+        ensure_work_topics(settings)
+        self._pool = WorkerPool(settings)
+        self._failing = Polled(self._pool.queue.failing_now if delivery.defer_failing else frozenset, frozenset(),
+                               delivery.version_poll_s)
+        self._recorded: dict[tuple[str, int], int] = {}
+        """Per partition, the offset after the last record whose outcome is recorded, until committed."""
+        self._consumer = Consumer({
+            "bootstrap.servers": settings.kafka_bootstrap(),
+            "group.id": delivery.sender_group,
+            "client.id": f"wayline-sender-{os.getpid()}",
+            "enable.auto.commit": False,
+            # Work written before the group's first member joined is work too.
+            "auto.offset.reset": "earliest",
+            "partition.assignment.strategy": "cooperative-sticky",
+            "session.timeout.ms": SESSION_TIMEOUT_MS,
+        })
+        self._consumer.subscribe([delivery.work_topic], on_revoke=self._revoked, on_lost=self._lost)
+
+    def run(self, stop: threading.Event) -> None:
+        """Send until ``stop`` is set; the stage in progress then finishes and is committed."""
+        while not stop.is_set():
+            first = self._consumer.poll(FIRST_WAIT_S)
+            if first is None:
+                continue
+            records = [first, *self._consumer.consume(MAX_BATCH - 1, 0)]
+            usable = []
+            for record in records:
+                if record.error() is not None:
+                    _log.warning("work topic: %s", record.error())
+                else:
+                    usable.append(record)
+            if not usable:
+                continue
+            try:
+                self.send(usable)
+            except (WaylineError, KafkaException) as exc:
+                # Nothing committed: the batch is taken again, and what it recorded is skipped.
+                _log.warning("a stage of %d work records failed, retrying it in %g s: %s", len(usable),
+                             FAILED_STAGE_PAUSE_S, exc)
+                self._rewind(usable)
+                stop.wait(FAILED_STAGE_PAUSE_S)
+
+    def send(self, records: Sequence[Message]) -> None:
+        """Send ``records``' requests, record their outcomes, then commit their offsets."""
+        decoded = decode(records, self._settings.kafka.quarantine_topic)
+        if decoded.bad:
+            _log.warning("quarantined %d work records that break the contract (reason %s)", decoded.bad, BAD_RECORD)
+        snapshot = self._holder.current()
+        if decoded.version > snapshot.version:
+            # Routed with a registry newer than ours: read it before sending.
+            self._holder.refresh()
+            snapshot = self._holder.current()
+        summary = send_work([decoded.work], snapshot.targets, self._settings, self._stage, lambda: self._pool,
+                            failing=self._failing.current(), gone=self._gone(decoded, snapshot))
+        if summary is not None:
+            summary.batches, summary.registry_version = 1, snapshot.version
+            self._metrics.add(summary)
+            retried = summary.deliveries.total(Outcome.RETRIED)
+            if retried:
+                # Deferred (failing or slow endpoint), cut, or refused: the retry path has them now.
+                _log.info("%d of %d requests handed to the retry path", retried, len(records))
+            gone = summary.deliveries.gone_subscriptions()
+            if gone:
+                disable_gone(self._database, gone)
+                self._holder.refresh()
+        # A partition revoked while the batch was fetched is its next owner's to commit.
+        assigned = {(p.topic, p.partition) for p in self._consumer.assignment()}
+        for record in records:
+            partition = (record.topic(), record.partition())
+            if partition in assigned:
+                self._recorded[partition] = max(self._recorded.get(partition, 0), record.offset() + 1)
+        self._commit(self._recorded)
+
+    @staticmethod
+    def _gone(decoded: Decoded, snapshot: SenderSnapshot) -> Collection[str]:
+        """The requests' subscriptions deleted or disabled since they were routed: dead-lettered
+        unsent, as the delivery job's stage does for a subscription the store says is gone."""
+        if snapshot.version < decoded.version:
+            _log.warning("registry snapshot version %d is older than the work's %d (registry unreadable?): sending "
+                         "without checking for deleted subscriptions", snapshot.version, decoded.version)
+            return frozenset()
+        return decoded.subscriptions - snapshot.subscriptions
+
+    def _commit(self, recorded: dict[tuple[str, int], int]) -> None:
+        if not recorded:
+            return
+        offsets = [TopicPartition(topic, partition, offset) for (topic, partition), offset in recorded.items()]
+        try:
+            self._consumer.commit(offsets=offsets, asynchronous=False)
+        except KafkaException as exc:
+            # Kept for the next commit or the revocation; if that fails too, the next
+            # owner resends from the last commit and skips what is recorded.
+            _log.warning("could not commit the work topic's offsets: %s", exc)
+        else:
+            for tp in offsets:
+                if recorded.get((tp.topic, tp.partition)) == tp.offset:
+                    del recorded[(tp.topic, tp.partition)]
+
+    def _rewind(self, records: Sequence[Message]) -> None:
+        earliest: dict[tuple[str, int], int] = {}
+        for record in records:
+            partition = (record.topic(), record.partition())
+            earliest[partition] = min(earliest.get(partition, record.offset()), record.offset())
+        for (topic, partition), offset in earliest.items():
+            try:
+                self._consumer.seek(TopicPartition(topic, partition, offset))
+            except KafkaException as exc:  # revoked meanwhile: its next owner starts from the last commit
+                _log.warning("could not rewind %s[%d]: %s", topic, partition, exc)
+
+    def _revoked(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """Commit what is recorded of the partitions leaving this process (called inside poll,
+        so between stages: everything consumed so far is recorded)."""
+        leaving = {(p.topic, p.partition) for p in partitions}
+        self._commit({key: offset for key, offset in self._recorded.items() if key in leaving})
+        self._lost(_consumer, partitions)
+
+    def _lost(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        for p in partitions:
+            self._recorded.pop((p.topic, p.partition), None)
+
+    def close(self) -> None:
+        """Commit what is recorded, leave the group (its partitions move at once) and close the pools."""
+        try:
+            self._commit(self._recorded)
+            self._consumer.close()
+        finally:
+            self._pool.close()
+
+
+def ensure_work_topics(settings: Settings) -> None:
+    """The work topic (``delivery.work_partitions``: at most that many processes share it) and,
+    with ``audit.enabled``, the self-audit's outcome topic the processes write to."""
+    bootstrap = settings.kafka_bootstrap()
+    ensure_topics(bootstrap, [settings.delivery.work_topic], settings.delivery.work_partitions)
+    if settings.audit.enabled:
+        ensure_topics(bootstrap, [settings.audit.outcomes_topic], settings.kafka.topic_partitions)
+
+
+def run_sender(settings: Settings, database: Database, metrics: DeliveryMetrics, stop: threading.Event) -> None:
+    """Run one sender process's loop until ``stop``; then finish, commit and close."""
+    sender = Sender(settings, database, metrics)
+    try:
+        sender.run(stop)
+    finally:
+        sender.close()
+
+
+SENDER_COMMAND = (sys.executable, "-m", "wayline.cli.main", "run", "senders")
+
+
+@contextmanager
+def running_senders(settings: Settings) -> Iterator[list[int]]:
+    """``delivery.sender_processes`` sender processes (``wayline run senders``), with this
+    process's environment; yields their pids. Their output goes where this process's
+    standard error goes (a job's log while a live view has the terminal). On the way out
+    each gets SIGTERM (it finishes its stage, commits and exits), then SIGKILL after
+    :data:`STOP_GRACE_S`."""
+    processes: list[subprocess.Popen[bytes]] = []
+    try:
+        for _ in range(settings.delivery.sender_processes):
+            processes.append(subprocess.Popen(SENDER_COMMAND, stdout=sys.stderr.fileno()))
+        yield [process.pid for process in processes]
+    finally:
+        for process in processes:
+            with contextlib.suppress(ProcessLookupError):
+                process.send_signal(signal.SIGTERM)
+        for process in processes:
+            try:
+                process.wait(timeout=STOP_GRACE_S)
+            except subprocess.TimeoutExpired:
+                _log.warning("sender process %d did not stop within %g s: killed", process.pid, STOP_GRACE_S)
+                process.kill()
+                process.wait()
+
+
+__all__ = [
+    "BAD_RECORD", "FIRST_WAIT_S", "MAX_BATCH", "SENDER_COMMAND", "Decoded", "Sender", "SenderSnapshot", "decode",
+    "ensure_work_topics", "load_sender_snapshot", "run_sender", "running_senders",
+]
