@@ -21,7 +21,9 @@ two exchanges identical: see ``rules_stream``.
 A Python worker keeps each group's ``GroupEvaluator`` (its live matchers and windows)
 between micro-batches. The stored state carries a random token, rewritten with the state:
 a worker whose cached evaluator has the stored token uses it; any other worker, or the same
-one after a failed or replayed micro-batch, rebuilds it from the stored blob. It works out
+one after a failed or replayed micro-batch, resumes it from the stored blob
+(``wayline.rules.engine.GroupState``): per rule, columns over the partition keys, and the
+keys' own states in segments decoded only when a key of theirs is visited. It works out
 the rows each rule's prefilter admits on the group's whole frame (``wayline.rules.prefilter``),
 so a rule's Python code only meets rows it may use.
 
@@ -177,7 +179,7 @@ class RulesProcessor(StatefulProcessor):
             cached[1].use(rules, self._spent)
             return cached[1]
         blob = self._state.get() if token is not None else None
-        watermark, state = pickle.loads(blob[0]) if blob is not None else (None, {})
+        watermark, state = pickle.loads(blob[0]) if blob is not None else (None, None)
         return GroupEvaluator(rules, state, spent=self._spent, watermark=watermark)
 
     def _evaluate(self, group: tuple[str, int], rows: list[tuple[str, dict[str, Any]]], timer_values: Any,
@@ -197,7 +199,7 @@ class RulesProcessor(StatefulProcessor):
                 self._handle.deleteTimer(timer)
             if wake is not None:
                 self._handle.registerTimer(wake)
-        if snapshot:
+        if snapshot.rules:
             token = random.getrandbits(63)
             self._state.update((pickle.dumps((evaluator.watermark, snapshot), protocol=pickle.HIGHEST_PROTOCOL),))
             self._meta.update((token, wake))
