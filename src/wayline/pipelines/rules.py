@@ -50,6 +50,7 @@ write of the filters fails, each filter is run alone, and the failing ones are q
 
 from __future__ import annotations
 
+import gc
 import logging
 import pickle
 import random
@@ -142,6 +143,14 @@ def _rules_version(database: Database) -> int:
 
 # -- the stateful processor -------------------------------------------------------------------
 
+# A Python worker keeps every group's evaluator it ran (matchers, windows, the rows they
+# hold): a large heap that lives long. At the interpreter's default thresholds (700, 10, 10)
+# the allocations of one group's evaluation (decoding its state, the batch's rows) set off
+# collections that traverse that whole heap, so a group paid for every key the worker held:
+# most of the time a cache miss cost (bench/rules_state.py, docs/benchmarks.md). Objects are
+# freed by reference counting as before; reference cycles are collected, only less often.
+GC_THRESHOLDS = (100_000, 50, 100)
+
 
 class RulesProcessor(StatefulProcessor):
     """One key is (key_spec, shard); its state is one blob: every rule's state for its keys."""
@@ -154,6 +163,8 @@ class RulesProcessor(StatefulProcessor):
         self._dsn = dsn
 
     def init(self, handle: StatefulProcessorHandle) -> None:
+        if gc.get_threshold() != GC_THRESHOLDS:
+            gc.set_threshold(*GC_THRESHOLDS)
         self._handle = handle
         self._state = handle.getValueState("rules", _STATE_SCHEMA)
         self._meta = handle.getValueState("meta", _META_SCHEMA)
