@@ -505,7 +505,7 @@ class GroupEvaluator:
                         f"time budget exceeded: more than {rule.time_budget_ms} ms in one micro-batch"
                     )
         except Exception as exc:  # noqa: BLE001 - any error of one rule must not reach the others
-            self._keys[rule.state_key] = _RuleKeys(None)
+            self._keys[rule.state_key] = _RuleKeys(self._segments)
             result.failures.append(Failure(rule, _describe(exc)))
             return
         finally:
