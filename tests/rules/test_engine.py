@@ -5,13 +5,14 @@ from __future__ import annotations
 import copy
 import dataclasses
 import itertools
+import pickle
 import random
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import orjson
 
-from wayline.rules.engine import ActiveRule, GroupEvaluator, cloudevent
+from wayline.rules.engine import ActiveRule, GroupEvaluator, GroupState, cloudevent
 from wayline.rules.rule import compile_rule
 
 T0 = datetime(2026, 3, 1, 9, 0, tzinfo=timezone.utc)
@@ -79,7 +80,7 @@ def test_tumbling_windows_close_at_the_watermark_and_apply_having() -> None:
     # t1's minute has 2, 4 (0 fails WHERE; 6 is at 60 s, the next minute); t2 has one row.
     assert [(e.subject, e.data["n"], e.data["mean"], e.data["start"], e.data["end"]) for e in closed] == [
         ("t1", 2, 3.0, at(0), at(60))]
-    assert evaluator.snapshot()["rule_w@1"].keys() == {'["t1"]'}  # t1's second minute is open
+    assert evaluator.snapshot().rules["rule_w@1"].keys == ['["t1"]']  # t1's second minute is open
 
 
 def test_hopping_windows_count_an_event_in_every_window_that_holds_it() -> None:
@@ -101,7 +102,7 @@ def test_a_failing_rule_is_reported_and_the_others_keep_their_output() -> None:
     assert [f.rule.name for f in result.failures] == ["d"]
     assert "division by zero" in result.failures[0].error
     assert [e.data for e in result.emitted] == [e.data for e in alone.emitted]
-    assert "rule_d@1" not in together.snapshot()
+    assert "rule_d@1" not in together.snapshot().rules
 
 
 def test_a_rule_over_its_state_budget_fails() -> None:
@@ -121,9 +122,9 @@ def test_a_changed_rule_starts_with_fresh_state_and_a_removed_rules_state_is_dro
     evaluator = GroupEvaluator([rule(V_SHAPE, "v"), rule(PER_MINUTE, "w")])
     evaluator.process(rows("t1", 10, 8, 6), None)
     state = evaluator.snapshot()
-    assert set(state) == {"rule_v@1", "rule_w@1"}
+    assert set(state.rules) == {"rule_v@1", "rule_w@1"}
     changed = GroupEvaluator([rule(V_SHAPE, "v", revision=2)], state)
-    assert changed.snapshot() == {}
+    assert changed.snapshot().rules == {}
     # The new revision sees only the rows after the change: 9 alone cannot end a V.
     assert changed.process(rows("t1", 9, start=40), at(600)).emitted == []
 
@@ -148,7 +149,7 @@ def test_an_evaluator_kept_between_batches_answers_as_one_rebuilt_from_each_snap
     batches.append(([], at(3600)))
 
     kept = GroupEvaluator(rules)
-    state: dict[str, Any] = {}
+    state: GroupState | None = None
     mark = None
     live_out, rebuilt_out = [], []
     for batch_rows, watermark in batches:
@@ -158,6 +159,64 @@ def test_an_evaluator_kept_between_batches_answers_as_one_rebuilt_from_each_snap
         rebuilt_out += [e.id for e in rebuilt.process(batch_rows, watermark).emitted]
         state, mark = copy.deepcopy(rebuilt.snapshot()), rebuilt.watermark
     assert live_out and sorted(live_out) == sorted(rebuilt_out)
+
+
+def test_a_rule_s_state_is_columns_over_its_keys_and_only_visited_keys_are_decoded() -> None:
+    rules = [rule(V_SHAPE, "v"), rule(SLIDING, "s"), rule(SESSION, "g")]
+    evaluator = GroupEvaluator(rules)
+    evaluator.process(rows("t2", 7, 5, start=100), None)
+    evaluator.snapshot()
+    evaluator.process(rows("t1", 10, 8, 6, 9), at(0))
+    state = evaluator.snapshot()
+    # t2 did not change in the second batch: its states stay in the first segment.
+    assert len(state.segments) == 2 and state.lengths == [3, 3]
+    for columns in state.rules.values():
+        assert columns.keys == ['["t2"]', '["t1"]']
+        # Each key waits for the watermark to pass its first row (at 100 and at 0 seconds).
+        assert columns.columns["wake"].tolist() == [int(at(100).timestamp() * 1_000_000) + 1,
+                                                    int(at(0).timestamp() * 1_000_000) + 1]
+        assert columns.columns["segment"].tolist() == [0, 1] and columns.columns["sizes"].tolist()[0] >= 2
+    # t2's segment is unreadable; a batch that neither brings t2 rows nor reaches its wake
+    # time must not read it, while t1 is woken and settles its match.
+    state.segments[0] = b"not a pickle"
+    resumed = GroupEvaluator(rules, state, watermark=at(0))
+    result = resumed.process([], at(60))
+    assert result.failures == []
+    assert [(e.subject, e.data["top"]) for e in result.emitted if e.rule.name == "v"] == [("t1", 10)]
+    woken = resumed.process([], at(150))
+    assert {failure.rule.name for failure in woken.failures} == {"v", "s", "g"}  # t2 visited: decoded
+
+
+def test_a_segment_that_few_keys_refer_to_is_rewritten_and_one_that_none_do_dropped() -> None:
+    rules = [rule(SLIDING, "s")]
+    evaluator = GroupEvaluator(rules)
+    evaluator.process(rows("t1", 1, start=0) + rows("t2", 1, start=0) + rows("t3", 1, start=0), at(0))
+    assert evaluator.snapshot().lengths == [3]
+    evaluator.process(rows("t1", 2, start=30) + rows("t2", 2, start=30), at(10))
+    state = evaluator.snapshot()
+    # t1 and t2 moved to the second segment; t3 alone in the first: rewritten with them.
+    assert state.lengths == [3] and state.rules["rule_s@1"].columns["segment"].tolist() == [0, 0, 0]
+    evaluator.process([], at(3600))
+    assert evaluator.snapshot() == GroupState({}, [], [])
+
+
+def test_state_kept_one_entry_per_key_resumes_as_the_columns_do() -> None:
+    # Checkpoints written before the columnar layout hold {rule: {key: the key's own state}}.
+    rules = [rule(V_SHAPE, "v"), rule(SLIDING, "s"), rule(SESSION, "g"), rule(PER_MINUTE, "w")]
+    first = rows("t1", 10, 8, 6, 9, 12) + rows("t2", 7, 5, 9, start=20)
+    evaluator = GroupEvaluator(rules)
+    evaluator.process(first, at(25))
+    state, mark = evaluator.snapshot(), evaluator.watermark
+    segments = [pickle.loads(encoded) for encoded in state.segments]
+    old = {state_key: {key: segments[segment][index] for key, segment, index in zip(
+        columns.keys, columns.columns["segment"].tolist(), columns.columns["index"].tolist(), strict=True)}
+        for state_key, columns in state.rules.items()}
+    later = rows("t1", 3, 4, start=60) + rows("t2", 1, start=70)
+    outputs = []
+    for resumed in (GroupEvaluator(rules, state, watermark=mark), GroupEvaluator(rules, old, watermark=mark)):
+        emitted = resumed.process(later, at(90)).emitted + resumed.process([], at(3600)).emitted
+        outputs.append(sorted((e.id, orjson.dumps(e.data).decode()) for e in emitted))
+    assert len(outputs[0]) > 3 and outputs[0] == outputs[1]
 
 
 LOGINS = """SELECT * FROM events MATCH_RECOGNIZE (PARTITION BY tenantid ORDER BY event_time
@@ -195,7 +254,7 @@ def test_rules_given_only_the_rows_their_prefilter_admits_answer_as_with_every_r
             if not prefiltered:
                 made = dataclasses.replace(made, compiled=dataclasses.replace(made.compiled, prefilter=None))
             active.append(made)
-        evaluator, state, mark, out = GroupEvaluator(active), {}, None, []
+        evaluator, state, mark, out = GroupEvaluator(active), None, None, []
         for batch_rows, watermark in batches:
             if rebuild:
                 evaluator = GroupEvaluator(active, state, watermark=mark)
@@ -250,7 +309,7 @@ def test_output_ids_follow_the_input_not_its_batching_or_order_within_a_batch() 
     rules = [rule(PEERS, "peers"), rule(STEPS, "steps"), rule(PER_MINUTE, "w"), rule(SESSION, "g")]
 
     def run(cuts: list[int], shuffled: bool) -> list[tuple[str, str]]:
-        evaluator, state, mark, out = GroupEvaluator(rules), {}, None, []
+        evaluator, state, mark, out = GroupEvaluator(rules), None, None, []
         for start, end in itertools.pairwise([0, *cuts, len(stream)]):
             batch_rows = stream[start:end]
             if shuffled:

@@ -133,7 +133,7 @@ def test_state_holds_only_what_a_later_window_can_reach_and_an_idle_key_is_forgo
     # Nothing waits: the key wakes when its newest event has aged out of every window.
     assert after.wake_at == micros(at(1500)) + 1
     assert evaluator.process([], at(1501)).metrics["rule_s@1"].state == 0
-    assert evaluator.snapshot() == {}
+    assert evaluator.snapshot().rules == {}
 
 
 def test_a_sliding_rule_over_its_state_budget_fails() -> None:
@@ -163,4 +163,4 @@ def test_micro_batches_give_what_a_recount_over_the_on_time_events_gives(
     expected = [(user, float(s), sum(1 for other, o in on_time if other == user and s - 600 <= o <= s))
                 for user, s in on_time]
     assert sorted(got) == sorted(expected)
-    assert evaluator.snapshot() == {}
+    assert evaluator.snapshot().rules == {}

@@ -21,7 +21,9 @@ two exchanges identical: see ``rules_stream``.
 A Python worker keeps each group's ``GroupEvaluator`` (its live matchers and windows)
 between micro-batches. The stored state carries a random token, rewritten with the state:
 a worker whose cached evaluator has the stored token uses it; any other worker, or the same
-one after a failed or replayed micro-batch, rebuilds it from the stored blob. It works out
+one after a failed or replayed micro-batch, resumes it from the stored blob
+(``wayline.rules.engine.GroupState``): per rule, columns over the partition keys, and the
+keys' own states in segments decoded only when a key of theirs is visited. It works out
 the rows each rule's prefilter admits on the group's whole frame (``wayline.rules.prefilter``),
 so a rule's Python code only meets rows it may use.
 
@@ -48,6 +50,7 @@ write of the filters fails, each filter is run alone, and the failing ones are q
 
 from __future__ import annotations
 
+import gc
 import logging
 import pickle
 import random
@@ -140,6 +143,14 @@ def _rules_version(database: Database) -> int:
 
 # -- the stateful processor -------------------------------------------------------------------
 
+# A Python worker keeps every group's evaluator it ran (matchers, windows, the rows they
+# hold): a large heap that lives long. At the interpreter's default thresholds (700, 10, 10)
+# the allocations of one group's evaluation (decoding its state, the batch's rows) set off
+# collections that traverse that whole heap, so a group paid for every key the worker held:
+# most of the time a cache miss cost (bench/rules_state.py, docs/benchmarks.md). Objects are
+# freed by reference counting as before; reference cycles are collected, only less often.
+GC_THRESHOLDS = (100_000, 50, 100)
+
 
 class RulesProcessor(StatefulProcessor):
     """One key is (key_spec, shard); its state is one blob: every rule's state for its keys."""
@@ -152,6 +163,8 @@ class RulesProcessor(StatefulProcessor):
         self._dsn = dsn
 
     def init(self, handle: StatefulProcessorHandle) -> None:
+        if gc.get_threshold() != GC_THRESHOLDS:
+            gc.set_threshold(*GC_THRESHOLDS)
         self._handle = handle
         self._state = handle.getValueState("rules", _STATE_SCHEMA)
         self._meta = handle.getValueState("meta", _META_SCHEMA)
@@ -177,7 +190,7 @@ class RulesProcessor(StatefulProcessor):
             cached[1].use(rules, self._spent)
             return cached[1]
         blob = self._state.get() if token is not None else None
-        watermark, state = pickle.loads(blob[0]) if blob is not None else (None, {})
+        watermark, state = pickle.loads(blob[0]) if blob is not None else (None, None)
         return GroupEvaluator(rules, state, spent=self._spent, watermark=watermark)
 
     def _evaluate(self, group: tuple[str, int], rows: list[tuple[str, dict[str, Any]]], timer_values: Any,
@@ -197,7 +210,7 @@ class RulesProcessor(StatefulProcessor):
                 self._handle.deleteTimer(timer)
             if wake is not None:
                 self._handle.registerTimer(wake)
-        if snapshot:
+        if snapshot.rules:
             token = random.getrandbits(63)
             self._state.update((pickle.dumps((evaluator.watermark, snapshot), protocol=pickle.HIGHEST_PROTOCOL),))
             self._meta.update((token, wake))

@@ -3,8 +3,10 @@
 The job keys its stateful operator by (partition-key columns, shard): one group holds the
 events of many partition keys, for every window and pattern rule that partitions by those
 columns. ``GroupEvaluator`` takes one group's rows and watermark and returns what the
-rules emit, which rules failed, and per-rule metrics; its state is plain data
-(``snapshot()``), one entry per (rule, partition key).
+rules emit, which rules failed, and per-rule metrics; its state (``snapshot()``, a
+``GroupState``) is, per rule, numpy columns over the partition keys (``RuleState``: wake
+times, sizes, where each key's own state is), and the keys' own states in segments, one
+pickle per snapshot of those that changed, decoded only when one of their keys is visited.
 
 Isolation: each rule runs inside its own ``try``, and against its own clock. A rule that
 raises (``GiveUp``: a division by zero, a type error, too many ways to match) or that uses
@@ -20,7 +22,10 @@ An evaluator is meant to live across micro-batches (the job keeps one per group 
 Python worker): its matchers and windows stay built, a partition key is visited only when
 it has new rows or when the watermark reaches the time it waits for (``wake``), and
 ``snapshot()`` re-encodes only the keys that changed. Building each key's matcher from the
-stored state on every micro-batch was most of the Python time (docs/benchmarks.md).
+stored state on every micro-batch was most of the Python time (docs/benchmarks.md). An
+evaluator resumed from a snapshot (a worker without the group's evaluator) loads each
+rule's columns and visits, and decodes, exactly the keys a kept one would visit: before,
+it built every stored key to learn its wake time.
 
 A rule sees only the rows its ``prefilter`` admits (``wayline.rules.prefilter``; the job
 passes them in, worked out on the whole batch at once). A window rule ignores the others.
@@ -35,7 +40,7 @@ passes them; the rest are forgotten at once (when no PREV reaches before a match
 from __future__ import annotations
 
 import hashlib
-import heapq
+import pickle
 import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
@@ -43,6 +48,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+import numpy as np
 import orjson
 
 from wayline.core.errors import WaylineError
@@ -125,51 +131,222 @@ class BudgetExceeded(WaylineError):
     """A rule used more time or state than its budget allows."""
 
 
-class _RuleKeys:
-    """One rule's partition keys in a group: live objects, their encoded state, their wake times.
+# A key's wake time when only rows can wake it.
+_NEVER = np.iinfo(np.int64).max
+# The columns of a rule's keys besides the keys themselves, with their empty values.
+_COLUMNS = {"wake": _NEVER, "sizes": 0, "barrier": False, "last": 0, "segment": -1, "index": -1}
+_TYPES = {"barrier": np.bool_}
 
-    ``live`` holds the keys' matchers or windows once built; ``frozen`` each key's state as
-    plain data, as of the last ``snapshot()`` (or as loaded); ``dirty`` the keys changed
-    since, the only ones the next snapshot re-encodes.
-    Loaded keys are all visited once, at the next ``process``: that builds them and learns
-    their sizes and wake times.
+
+@dataclass
+class RuleState:
+    """One rule's state in a group as stored: columns over its partition keys.
+
+    ``wake``: epoch µs at which the watermark wakes the key (``_NEVER``: only rows can);
+    ``sizes``: entries held (state budgets, metrics); ``barrier``: the key holds rows no
+    variable accepts only, the latest at ``last`` (µs); ``segment`` and ``index``: where the
+    key's own state (its matcher's or window's ``snapshot()``) is among the group's segments.
     """
 
-    def __init__(self, state: Mapping[str, Any]) -> None:
-        self.frozen: dict[str, Any] = dict(state)
+    keys: list[str]
+    columns: dict[str, np.ndarray]
+
+
+@dataclass
+class GroupState:
+    """What ``GroupEvaluator.snapshot()`` returns: per rule its columns, and the segments.
+
+    A segment is one pickle of the states of the keys (of every rule) that changed before
+    one snapshot: rows that several rules keep are encoded once. A segment is decoded only
+    when one of its keys is visited, and dropped once no key refers to it.
+    """
+
+    rules: dict[str, RuleState]
+    segments: list[bytes]
+    lengths: list[int]  # each segment's number of entries
+
+
+class _Segments:
+    """A group's segments (``GroupState``), decoded on first use."""
+
+    def __init__(self, encoded: Sequence[bytes], lengths: Sequence[int]) -> None:
+        self.encoded: list[bytes] = list(encoded)
+        self.lengths: list[int] = list(lengths)
+        self.decoded: dict[int, list[Any]] = {}
+
+    def state(self, segment: int, index: int) -> Any:
+        states = self.decoded.get(segment)
+        if states is None:
+            states = self.decoded[segment] = pickle.loads(self.encoded[segment])
+        return states[index]
+
+    def referring(self, rules: Sequence[_RuleKeys]) -> np.ndarray:
+        """How many keys refer to each segment."""
+        counts = np.zeros(len(self.encoded), dtype=np.int64)
+        for keys in rules:
+            used = keys.columns["segment"][:len(keys.keys)]
+            counts += np.bincount(used[used >= 0], minlength=len(counts))
+        return counts
+
+    def renumber(self, rules: Sequence[_RuleKeys]) -> None:
+        """Drop the segments no key refers to, and forget what was decoded: the keys that
+        needed it are built."""
+        kept = np.flatnonzero(self.referring(rules)).tolist()
+        if len(kept) < len(self.encoded):
+            number = np.full(len(self.encoded), -1, dtype=np.int64)
+            number[kept] = np.arange(len(kept))
+            for keys in rules:
+                column = keys.columns["segment"][:len(keys.keys)]
+                column[column >= 0] = number[column[column >= 0]]
+            self.encoded = [self.encoded[old] for old in kept]
+            self.lengths = [self.lengths[old] for old in kept]
+        self.decoded = {}
+
+
+class _RuleKeys:
+    """One rule's partition keys in a group: the columns of ``RuleState``, and the keys built.
+
+    ``live`` holds the keys' matchers, windows or barriers once built (decoded, or made by a
+    visit); ``dirty`` those changed since the last snapshot, the only ones it re-encodes.
+    A forgotten key leaves a dead slot (key None), dropped at the next snapshot.
+    """
+
+    def __init__(self, segments: _Segments, stored: RuleState | None = None) -> None:
+        self.segments = segments
+        self.keys: list[str | None] = list(stored.keys) if stored is not None else []
+        self.slots: dict[str, int] = dict(zip(self.keys, range(len(self.keys))))  # type: ignore[arg-type]
+        self.columns = _empty_columns(len(self.keys))
+        if stored is not None:
+            for name, column in self.columns.items():
+                column[:len(self.keys)] = stored.columns[name]
         self.live: dict[str, Any] = {}
         self.dirty: set[str] = set()
-        self.sizes: dict[str, int] = {}
-        self.wake: dict[str, int] = {}
-        self.queue: list[tuple[int, str]] = []
-        self.unvisited = list(self.frozen)
-        # Keys whose frozen state holds only barrier rows (see the module's docstring).
-        self.barriers: set[str] = set()
+        self.dead = 0
 
-    def set_wake(self, key: str, wake: int | None) -> None:
-        if wake is None:
-            self.wake.pop(key, None)
-        elif self.wake.get(key) != wake:
-            self.wake[key] = wake
-            heapq.heappush(self.queue, (wake, key))
+    def _slot(self, key: str) -> int:
+        slot = self.slots.get(key)
+        if slot is None:
+            slot = self.slots[key] = len(self.keys)
+            self.keys.append(key)
+            if slot == len(self.columns["wake"]):
+                old, self.columns = self.columns, _empty_columns(slot)
+                for name, column in self.columns.items():
+                    column[:slot] = old[name]
+        return slot
 
-    def due(self, watermark: int | None) -> list[str]:
-        """Keys to visit without new rows: loaded ones, and those whose wake time the
-        watermark has reached (queue entries made stale by a later change are skipped)."""
-        out, self.unvisited = self.unvisited, []
-        while watermark is not None and self.queue and self.queue[0][0] <= watermark:
-            wake, key = heapq.heappop(self.queue)
-            if self.wake.get(key) == wake:
-                out.append(key)
-        return out
+    def built(self, key: str) -> Any:
+        """The key's live object, None if it has none yet."""
+        return self.live.get(key)
+
+    def stored(self, key: str) -> Any:
+        """The key's state as last encoded, decoded; None for a key without state."""
+        slot = self.slots.get(key)
+        if slot is None or self.columns["segment"][slot] < 0:
+            return None
+        return self.segments.state(int(self.columns["segment"][slot]), int(self.columns["index"][slot]))
+
+    def is_barrier(self, key: str) -> bool:
+        slot = self.slots.get(key)
+        return slot is not None and bool(self.columns["barrier"][slot])
+
+    def passed(self, key: str, watermark: int | None) -> bool:
+        """Whether the watermark has passed every row of a barrier key."""
+        return watermark is not None and bool(self.columns["last"][self.slots[key]] < watermark)
+
+    def size(self, key: str) -> int:
+        slot = self.slots.get(key)
+        return int(self.columns["sizes"][slot]) if slot is not None else 0
+
+    def keep(self, key: str, live: Any, size: int, wake: int | None, last: int | None = None) -> None:
+        """The key's state is ``live`` now; ``last``: the latest row of a barrier key."""
+        slot = self._slot(key)
+        self.live[key] = live
+        self.dirty.add(key)
+        columns = self.columns
+        columns["sizes"][slot] = size
+        columns["wake"][slot] = _NEVER if wake is None else wake
+        columns["barrier"][slot] = last is not None
+        columns["last"][slot] = last or 0
 
     def forget(self, key: str) -> None:
-        self.frozen.pop(key, None)
+        slot = self.slots.pop(key, None)
+        if slot is None:
+            return
+        self.keys[slot] = None
+        for name, empty in _COLUMNS.items():
+            self.columns[name][slot] = empty
         self.live.pop(key, None)
         self.dirty.discard(key)
-        self.sizes.pop(key, None)
-        self.wake.pop(key, None)
-        self.barriers.discard(key)
+        self.dead += 1
+
+    def due(self, watermark: int | None) -> list[str]:
+        """Keys to visit without new rows: those whose wake time the watermark has reached."""
+        if watermark is None:
+            return []
+        keys = self.keys
+        return [keys[slot] for slot in np.flatnonzero(self.columns["wake"][:len(keys)] <= watermark).tolist()]  # type: ignore[misc]
+
+    @property
+    def total(self) -> int:
+        return int(self.columns["sizes"][:len(self.keys)].sum())
+
+    @property
+    def wake_at(self) -> int | None:
+        if not self.keys:
+            return None
+        wake = int(self.columns["wake"][:len(self.keys)].min())
+        return None if wake == _NEVER else wake
+
+    def compact(self) -> None:
+        """Drop the dead slots."""
+        if not self.dead:
+            return
+        alive = [slot for slot, key in enumerate(self.keys) if key is not None]
+        self.keys = [self.keys[slot] for slot in alive]
+        self.slots = dict(zip(self.keys, range(len(alive))))  # type: ignore[arg-type]
+        old, self.columns = self.columns, _empty_columns(len(alive))
+        for name, column in self.columns.items():
+            column[:len(alive)] = old[name][alive]
+        self.dead = 0
+
+    def stored_state(self) -> RuleState:
+        count = len(self.keys)
+        return RuleState(list(self.keys), {name: column[:count].copy() for name, column in self.columns.items()})  # type: ignore[arg-type]
+
+
+def _empty_columns(count: int) -> dict[str, np.ndarray]:
+    """Empty columns with room for ``count`` keys and as many again."""
+    capacity = max(16, 2 * count)
+    return {name: np.full(capacity, empty, dtype=_TYPES.get(name, np.int64)) for name, empty in _COLUMNS.items()}
+
+
+def _from_key_dicts(state: Mapping[str, Mapping[str, Any]]) -> GroupState:
+    """A group's state in the layout before ``GroupState`` (per rule, one plain-data entry
+    per key): one segment; the keys wake at the first watermark (epoch 0), whose visit
+    learns their sizes and wake times."""
+    rules, states = {}, []
+    for state_key, keys in state.items():
+        count = len(keys)
+        columns = {name: np.full(count, empty, dtype=_TYPES.get(name, np.int64)) for name, empty in _COLUMNS.items()}
+        columns["wake"][:] = 0
+        columns["segment"][:] = 0
+        columns["index"][:] = np.arange(len(states), len(states) + count)
+        states.extend(keys.values())
+        rules[state_key] = RuleState(list(keys), columns)
+    return GroupState(rules, [pickle.dumps(states, protocol=pickle.HIGHEST_PROTOCOL)], [len(states)])
+
+
+@dataclass(slots=True)
+class _Barrier:
+    """A pattern key's rows that no variable accepts, waiting for the watermark: ``(time µs,
+    arrival, row)`` in time and arrival order; the matcher's own waiting-row state, unbuilt."""
+
+    pending: list[Any]
+    arrivals: int
+    watermark: int | None
+
+    def snapshot(self) -> dict[str, Any]:
+        return PartitionMatcher.waiting_state(self.pending, self.watermark, self.arrivals)
 
 
 class GroupEvaluator:
@@ -181,7 +358,7 @@ class GroupEvaluator:
     """
 
     def __init__(
-        self, rules: Sequence[ActiveRule], state: Mapping[str, Any] | None = None, *,
+        self, rules: Sequence[ActiveRule], state: GroupState | Mapping[str, Any] | None = None, *,
         clock: Callable[[], float] = time.perf_counter, spent: dict[str, float] | None = None,
         watermark: datetime | None = None,
     ) -> None:
@@ -191,17 +368,21 @@ class GroupEvaluator:
         self._rules: list[ActiveRule] = []
         self._spent: dict[str, float] = {}
         self.watermark = watermark
+        if isinstance(state, Mapping):
+            state = _from_key_dicts(state)
+        self._segments = _Segments(state.segments, state.lengths) if state is not None else _Segments((), ())
         self.use(rules, spent if spent is not None else {})
-        for state_key, keys in (state or {}).items():
+        for state_key, stored in (state.rules if state is not None else {}).items():
             if state_key in self._keys:
-                self._keys[state_key] = _RuleKeys(keys)
+                self._keys[state_key] = _RuleKeys(self._segments, stored)
 
     def use(self, rules: Sequence[ActiveRule], spent: dict[str, float]) -> None:
         """Run these rules from now on, with ``spent`` as the micro-batch's time account:
         a rule no longer among them loses its state, a new one starts empty."""
         self._rules = [rule for rule in rules if rule.compiled.stateful]
         self._spent = spent
-        self._keys = {rule.state_key: self._keys.get(rule.state_key) or _RuleKeys({}) for rule in self._rules}
+        self._keys = {rule.state_key: self._keys.get(rule.state_key) or _RuleKeys(self._segments)
+                      for rule in self._rules}
 
     @property
     def prefilters(self) -> set[Prefilter]:
@@ -224,16 +405,39 @@ class GroupEvaluator:
             self.watermark = watermark
         return result
 
-    def snapshot(self) -> dict[str, Any]:
-        """Every rule's state as plain data (read-only: it is the evaluator's own)."""
-        out = {}
-        for state_key, keys in self._keys.items():
+    def snapshot(self) -> GroupState:
+        """Every rule's state that has keys. The keys changed since the last snapshot go to a
+        new segment, with those of segments that less than half of their entries still
+        refer to (rewritten rather than kept for a few keys); a segment no key refers to is
+        dropped."""
+        segments = self._segments
+        rules = list(self._keys.values())
+        for keys in rules:
+            keys.compact()
+        referring = segments.referring(rules)
+        sparse = {number for number, (count, length) in enumerate(zip(referring.tolist(), segments.lengths))
+                  if 0 < 2 * count < length}
+        fresh: list[Any] = []
+        for keys in rules:
+            column = keys.columns["segment"]
+            moved = [key for key in map(keys.keys.__getitem__, np.flatnonzero(np.isin(
+                column[:len(keys.keys)], list(sparse))).tolist()) if key not in keys.dirty] if sparse else []
+            for key in moved:
+                live = keys.live.get(key)
+                fresh.append(live.snapshot() if live is not None else keys.stored(key))
+                keys.columns["index"][keys.slots[key]] = len(fresh) - 1
             for key in keys.dirty:
-                keys.frozen[key] = keys.live[key].snapshot()
+                fresh.append(keys.live[key].snapshot())
+                keys.columns["index"][keys.slots[key]] = len(fresh) - 1
+            for key in (*moved, *keys.dirty):
+                column[keys.slots[key]] = len(segments.encoded)
             keys.dirty.clear()
-            if keys.frozen:
-                out[state_key] = keys.frozen
-        return out
+        if fresh:
+            segments.encoded.append(pickle.dumps(fresh, protocol=pickle.HIGHEST_PROTOCOL))
+            segments.lengths.append(len(fresh))
+        segments.renumber(rules)
+        return GroupState({state_key: keys.stored_state() for state_key, keys in self._keys.items() if keys.keys},
+                          list(segments.encoded), list(segments.lengths))  # type: ignore[arg-type]
 
     # -- one rule -------------------------------------------------------------------------
 
@@ -249,8 +453,7 @@ class GroupEvaluator:
             return {key: [batch.rows[index][1] for index in indexes] for key, indexes in by_key.items()}
         rows = batch.rows
         chosen = {rows[index][0] for index in batch.admitted(prefilter)}
-        chosen.update(by_key.keys() & keys.frozen.keys())
-        chosen.update(by_key.keys() & keys.live.keys())
+        chosen.update(by_key.keys() & keys.slots.keys())
         for key in by_key.keys() - chosen:
             if _hold_barrier(keys, key, [rows[index][1] for index in by_key[key]], mark):
                 metrics.rows += len(by_key[key])
@@ -284,7 +487,7 @@ class GroupEvaluator:
                     else:
                         metrics.rows += 1
             for key in keys.due(mark):
-                if key in keys.barriers and key not in visit:
+                if key not in visit and keys.is_barrier(key):
                     _pass_barrier(keys, key, mark)
                 else:
                     visit.setdefault(key, [])
@@ -302,7 +505,7 @@ class GroupEvaluator:
                         f"time budget exceeded: more than {rule.time_budget_ms} ms in one micro-batch"
                     )
         except Exception as exc:  # noqa: BLE001 - any error of one rule must not reach the others
-            self._keys[rule.state_key] = _RuleKeys({})
+            self._keys[rule.state_key] = _RuleKeys(self._segments)
             result.failures.append(Failure(rule, _describe(exc)))
             return
         finally:
@@ -310,16 +513,16 @@ class GroupEvaluator:
             self._spent[rule.state_key] = self._spent.get(rule.state_key, 0.0) + elapsed
             metrics.micros = int(elapsed * 1_000_000)
         metrics.emitted = len(emitted)
-        metrics.state = sum(keys.sizes.values())
+        metrics.state = keys.total
         result.emitted.extend(emitted)
         result.metrics[rule.state_key] = metrics
-        wake = min(keys.wake.values(), default=None)
+        wake = keys.wake_at
         if wake is not None and (result.wake_at is None or wake < result.wake_at):
             result.wake_at = wake
 
 
 def _check_state(rule: ActiveRule, keys: _RuleKeys, key: str) -> None:
-    size = keys.sizes.get(key, 0)
+    size = keys.size(key)
     if size > rule.state_budget:
         raise BudgetExceeded(
             f"state budget exceeded: {size} entries for partition key {key} (budget {rule.state_budget})"
@@ -357,24 +560,23 @@ def _hold_barrier(keys: _RuleKeys, key: str, rows: list[Row], mark: int | None) 
     waiting = sorted((micros, arrival, row) for arrival, (micros, row) in
                      enumerate(zip(map(micros_of, times), rows)) if mark is None or micros >= mark)
     if waiting:
-        keys.frozen[key] = PartitionMatcher.waiting_state(waiting, mark, len(rows))
-        keys.barriers.add(key)
-        keys.sizes[key] = len(waiting)
-        keys.set_wake(key, waiting[0][0] + 1)
+        keys.keep(key, _Barrier(waiting, len(rows), mark), len(waiting), waiting[0][0] + 1, last=waiting[-1][0])
     return True
 
 
 def _pass_barrier(keys: _RuleKeys, key: str, mark: int | None) -> None:
     """The watermark reached a barrier key: the rows it passed would only end searches
     that do not exist; drop them, and the key once none is left."""
-    state = keys.frozen[key]
-    waiting = [entry for entry in state["pending"] if mark is None or entry[0] >= mark]
-    if not waiting:
-        keys.forget(key)
+    if keys.passed(key, mark):
+        keys.forget(key)  # without decoding it
         return
-    keys.frozen[key] = PartitionMatcher.waiting_state(waiting, mark, state["arrivals"])
-    keys.sizes[key] = len(waiting)
-    keys.set_wake(key, waiting[0][0] + 1)
+    barrier = keys.built(key)
+    if barrier is None:
+        state = keys.stored(key)
+        assert state is not None
+        barrier = _Barrier(state["pending"], state["arrivals"], state["watermark"])
+    waiting = [entry for entry in barrier.pending if mark is None or entry[0] >= mark]
+    keys.keep(key, _Barrier(waiting, barrier.arrivals, mark), len(waiting), waiting[0][0] + 1, last=waiting[-1][0])
 
 
 def cloudevent(emitted: Emitted) -> dict[str, Any]:
@@ -406,10 +608,10 @@ def _pattern_step(rule: ActiveRule, keys: _RuleKeys, key: str, rows: list[Row], 
                   watermark: datetime | None) -> tuple[list[Emitted], int]:
     spec = rule.compiled.pattern
     assert spec is not None
-    matcher = keys.live.get(key)
+    matcher = keys.built(key)
     matches = []
-    if matcher is None:
-        frozen = keys.frozen.get(key)
+    if not isinstance(matcher, PartitionMatcher):
+        frozen = matcher.snapshot() if matcher is not None else keys.stored(key)
         matcher = PartitionMatcher(spec, frozen, reorder=True)
         if frozen is not None and previous is not None:
             # The key was not visited while the watermark moved on (it waited for nothing):
@@ -432,16 +634,12 @@ def _pattern_step(rule: ActiveRule, keys: _RuleKeys, key: str, rows: list[Row], 
                   for column in spec.select},
         ))
     late = matcher.dropped - dropped
-    keys.barriers.discard(key)
     size = matcher.size.total
     if size == 0:
         # Nothing kept: forget the key, so the state holds only keys with live searches.
         keys.forget(key)
     else:
-        keys.live[key] = matcher
-        keys.dirty.add(key)
-        keys.sizes[key] = size
-        keys.set_wake(key, matcher.wake_at)
+        keys.keep(key, matcher, size, matcher.wake_at)
     return out, late
 
 
@@ -450,9 +648,9 @@ def _window_step(rule: ActiveRule, keys: _RuleKeys, key: str, rows: list[Row], w
     """``rows`` passed the rule's WHERE."""
     spec = rule.compiled.window
     assert spec is not None
-    windows = keys.live.get(key)
+    windows = keys.built(key)
     if windows is None:
-        windows = _WINDOWS[spec.kind](spec, keys.frozen.get(key))
+        windows = _WINDOWS[spec.kind](spec, keys.stored(key))
     late = windows.late
     mark = micros_of(watermark) if watermark is not None else None
     windows.add(rows, mark)
@@ -471,10 +669,7 @@ def _window_step(rule: ActiveRule, keys: _RuleKeys, key: str, rows: list[Row], w
     if not windows.size:
         keys.forget(key)
     else:
-        keys.live[key] = windows
-        keys.dirty.add(key)
-        keys.sizes[key] = windows.size
-        keys.set_wake(key, windows.wake_at)
+        keys.keep(key, windows, windows.size, windows.wake_at)
     return out, late
 
 
@@ -519,5 +714,5 @@ def _event_id(rule: ActiveRule, key: str, *parts: str) -> str:
 
 __all__ = [
     "ActiveRule", "BudgetExceeded", "cloudevent", "Emitted", "Failure", "GroupEvaluator", "GroupResult",
-    "OUTPUT_SOURCE_PREFIX", "RuleMetrics", "time_of",
+    "OUTPUT_SOURCE_PREFIX", "GroupState", "RuleMetrics", "RuleState", "time_of",
 ]
