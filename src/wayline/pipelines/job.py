@@ -37,8 +37,9 @@ class RestartingQuery:
     """
 
     def __init__(self, name: str, start: Callable[[], StreamingQuery],
-                 on_restart: Callable[[], None] = lambda: None) -> None:
+                 on_restart: Callable[[], None] = lambda: None, batch_end_wait_s: float = 60) -> None:
         self._name = name
+        self._batch_end_wait_s = batch_end_wait_s
         self._start = start
         self._on_restart = on_restart
         self._query: StreamingQuery | None = None
@@ -107,10 +108,12 @@ class RestartingQuery:
             finally:
                 self._restarting = False
 
-    def _let_batch_end(self, query: StreamingQuery, timeout_s: float = 60) -> None:
-        """Wait (a while) for the running micro-batch, usually the one that asked, to end:
-        stopping it would interrupt it, to be replayed after the restart."""
-        deadline = time.monotonic() + timeout_s
+    def _let_batch_end(self, query: StreamingQuery) -> None:
+        """Wait (up to ``batch_end_wait_s``) for the running micro-batch, usually the one
+        that asked, to end: stopping it would interrupt it, to be replayed after the
+        restart. A real-time batch runs for its whole checkpoint interval: its query is
+        restarted with no wait (0)."""
+        deadline = time.monotonic() + self._batch_end_wait_s
         while query.isActive and query.status.get("isTriggerActive") and time.monotonic() < deadline:
             time.sleep(0.05)
 
