@@ -49,7 +49,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from fresh_stack import fresh_stack, machine
 from wayline.core.secret import Secret
-from wayline.core.settings import Settings
+from wayline.core.settings import DeliverySettings, Settings
 from wayline.delivery.metrics import DeliveryMetrics
 from wayline.registry import catalog, customer, subscription
 from wayline.registry.access import ADMIN
@@ -80,24 +80,31 @@ def seed(database: Database, endpoints: EndpointService) -> str:
     return owner.id
 
 
-def add_subscription(database: Database, endpoints: EndpointService, owner: str) -> tuple[str, float]:
-    """A new endpoint subscribed to every type; its id and the commit time."""
+def add_subscription(database: Database, endpoints: EndpointService, owner: str) -> tuple[str, str, float]:
+    """A new endpoint subscribed to the first endpoint's 100 types (one event in five);
+    the endpoint's and the subscription's ids and the commit time."""
     with database.transaction() as s:
         endpoint = endpoints.create(s, ADMIN, EndpointIn(url=f"{RECEIVER}/added-{uuid.uuid4().hex[:6]}",
                                                          customer_id=owner, secret=Secret.generate().text))
-        subscription.create(s, ADMIN, subscription.SubscriptionIn(
-            endpoint_id=endpoint.id, event_types=[f"bench.t{t}" for t in range(TYPES)]))
-    return endpoint.id, time.time()
+        added = subscription.create(s, ADMIN, subscription.SubscriptionIn(
+            endpoint_id=endpoint.id, event_types=[f"bench.t{t}" for t in range(0, TYPES, ENDPOINTS)]))
+    return endpoint.id, added.id, time.time()
 
 
-def settings_for(base: Settings, system: str, tag: str) -> Settings:
+def remove_subscription(database: Database, subscription_id: str) -> None:
+    """The next measurement starts from the seeded registry."""
+    with database.transaction() as s:
+        subscription.delete(s, ADMIN, subscription_id)
+
+
+def settings_for(base: Settings, system: str, tag: str, checkpoint_s: float) -> Settings:
     return base.model_copy(update={
         "kafka": base.kafka.model_copy(update={"event_topic_prefix": f"events.{tag}.",
                                                "alert_topic_prefix": f"alerts.{tag}.", "topic_partitions": PARTITIONS}),
         "delivery": base.delivery.model_copy(update={
             "engine": "senders", "matching_trigger": "micro_batch" if system == "floor" else system,
             "work_topic": f"wayline.work.{tag}", "work_partitions": PARTITIONS,
-            "batch_topic": f"wayline.batching.{tag}"}),
+            "batch_topic": f"wayline.batching.{tag}", "realtime_checkpoint_s": checkpoint_s}),
         "audit": base.audit.model_copy(update={"enabled": False}),
     })
 
@@ -203,13 +210,13 @@ def consume(bootstrap: str, topic: str, expected: int, stop: threading.Event,
 
 
 def measure(system: str, scenario: str, spark: Any, base: Settings, database: Database, owner: str, state: Path,
-            rate: int, seconds: float, backlog: int) -> dict[str, Any]:
+            rate: int, seconds: float, backlog: int, checkpoint_s: float) -> dict[str, Any]:
     tag = f"{system.replace('_', '')}{scenario}{rate}{uuid.uuid4().hex[:4]}"
-    settings = settings_for(base, system, tag)
+    settings = settings_for(base, system, tag, checkpoint_s)
     bootstrap = settings.kafka_bootstrap()
     topic = create_topics(settings)
     result: dict[str, Any] = {"system": system, "scenario": scenario, "rate": rate,
-                              "load_average": os.getloadavg()}
+                              "load_average": os.getloadavg(), "realtime_checkpoint_s": checkpoint_s}
     records: list[tuple[float, float, bytes, str]] = []
     stop = threading.Event()
     expected = backlog if scenario == "backlog" else int(rate * seconds * 3)
@@ -226,13 +233,19 @@ def measure(system: str, scenario: str, spark: Any, base: Settings, database: Da
                 time.sleep(0.5)
         else:
             wait_running(spark, running)
-            swapped: list[tuple[str, float]] = []
+            swapped: list[tuple[str, str, float]] = []
             endpoints = EndpointService.from_settings(settings)
             at_half = (lambda: swapped.append(add_subscription(database, endpoints, owner))) if scenario == "swap" \
                 else None
             begun = time.time()
             result["sent"] = produce(bootstrap, topic, tag, rate, 0, seconds, at_half)
-            time.sleep(5)
+            # Until every event's request arrived and, after a registry change, one routed by
+            # it: a real-time query takes the change at its next checkpoint.
+            deadline = time.monotonic() + 5 + (settings.delivery.realtime_checkpoint_s + 60) * (scenario == "swap")
+            while time.monotonic() < deadline and running.failure() is None and (
+                    len(records) < result["sent"]
+                    or (swapped and not any(key == swapped[0][0].encode() for _, _, key, _ in records[-2000:]))):
+                time.sleep(0.5)
     finally:
         stop.set()
         reader.join()
@@ -252,7 +265,8 @@ def measure(system: str, scenario: str, spark: Any, base: Settings, database: Da
         q = statistics.quantiles(counted, n=100, method="inclusive")
         result.update(p50_s=round(q[49], 3), p99_s=round(q[98], 3), max_s=round(counted[-1], 3), counted=len(counted))
     if scenario == "swap" and swapped:
-        added, at = swapped[0]
+        added, subscription_id, at = swapped[0]
+        remove_subscription(database, subscription_id)
         first = min((a for _, a, key, _ in records if key == added.encode()), default=None)
         result["change_to_first_routed_s"] = None if first is None else round(first - at, 3)
         twice = Counter((key, event_id) for _, _, key, event_id in records)
@@ -266,6 +280,8 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--backlog-events", type=int, default=100_000)
     parser.add_argument("--runs", type=int, default=1)
+    parser.add_argument("--checkpoint-s", type=float, default=DeliverySettings().realtime_checkpoint_s,
+                        help="delivery.realtime_checkpoint_s (default: the setting's default)")
     parser.add_argument("--scenarios", default="steady,backlog,swap")
     parser.add_argument("--systems", default=",".join(SYSTEMS))
     parser.add_argument("--state", type=Path, default=Path("/tmp/wayline-bench-matching"))
@@ -274,7 +290,8 @@ def main() -> None:
     scenarios, systems = args.scenarios.split(","), args.systems.split(",")
     facts = machine()
     results: list[dict[str, Any]] = []
-    with fresh_stack(args.state, spark={"master": "local[4]"}) as (settings, database):
+    with fresh_stack(args.state, spark={"master": "local[4]"},
+                     registry={"url_allow_list": ["127.0.0.1/32"]}) as (settings, database):
         owner = seed(database, EndpointService.from_settings(settings))
         spark = spark_session(settings)
         for _ in range(args.runs):
@@ -285,13 +302,13 @@ def main() -> None:
                     if scenario == "swap" and system == "floor":
                         continue
                     result = measure(system, scenario, spark, settings, database, owner, args.state, rate,
-                                     args.seconds, args.backlog_events)
+                                     args.seconds, args.backlog_events, args.checkpoint_s)
                     print(json.dumps(result), flush=True)
                     results.append(result)
+                    # After each measurement: a run that fails later keeps what it measured.
+                    args.results.parent.mkdir(parents=True, exist_ok=True)
+                    args.results.write_text(json.dumps({"machine": facts, "results": results}, indent=2))
         spark.stop()
-    facts["load_average_after"] = os.getloadavg()
-    args.results.parent.mkdir(parents=True, exist_ok=True)
-    args.results.write_text(json.dumps({"machine": facts, "results": results}, indent=2))
 
 
 if __name__ == "__main__":

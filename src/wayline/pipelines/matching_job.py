@@ -12,9 +12,10 @@ batching query. One stage, no shuffle, no Python: it runs under Spark's real-tim
 The plan embeds the registry snapshot (the match table as local rows, the filters as
 Columns), so a new registry version restarts the query on its checkpoint
 (:class:`~wayline.pipelines.job.RestartingQuery`): the version is read every
-``delivery.version_poll_s``. A real-time query is stopped at once, without waiting for
-its batch to end (it lasts ``realtime_checkpoint_s``): the records since its last
-checkpoint are routed again after the restart, duplicates the senders skip by webhook id.
+``delivery.version_poll_s``, once the running batch has ended: a real-time batch lasts
+``realtime_checkpoint_s``, so that interval bounds how late a registry change takes
+effect, and nothing is routed twice (stopped mid-batch, the query would route again
+everything it read since its last checkpoint).
 
 The *batching query* (:mod:`~wayline.pipelines.batching`) runs beside it once a
 subscription is in batch mode, as in the micro-batch engine, and sends its batches with
@@ -150,8 +151,9 @@ class MatchingJob:
         self._start_batching = SendStep(settings, database, self._holder, metrics).batching(spark, checkpoint / "batching")
         self._running_version: int | None = None
         self._asked_version: int | None = None
-        realtime = settings.delivery.matching_trigger == "realtime"
-        self.matching = RestartingQuery(QUERY_NAME, self._start_matching, batch_end_wait_s=0 if realtime else 60)
+        # A real-time batch ends at its next checkpoint: waiting for it routes nothing twice.
+        wait_s = settings.delivery.realtime_checkpoint_s + 60 if settings.delivery.matching_trigger == "realtime" else 60
+        self.matching = RestartingQuery(QUERY_NAME, self._start_matching, batch_end_wait_s=wait_s)
         self.batching: StreamingQuery | None = None
         self._lock = threading.Lock()
         self._stopped = threading.Event()

@@ -16,7 +16,12 @@ subscriptions (:mod:`~wayline.pipelines.matching`) and turn it into work rows
 An event's first row carries ``events = 1``, so the tasks' counts add up to the
 micro-batch's without a pass of their own.
 
-Every row is hash-partitioned by endpoint once. Streaming rows go from that shuffle
+With ``delivery.engine = "senders"`` the same units are the matching query's output
+instead (:func:`work_records`): each becomes the Kafka record it makes, requests for the
+sender processes among them, in one projection with no shuffle
+(:mod:`~wayline.pipelines.matching_job`).
+
+In the micro-batch engine, every row is hash-partitioned by endpoint once. Streaming rows go from that shuffle
 straight to the sending tasks; batch-mode pairs are grouped from the same shuffle (their
 grouping includes the endpoint, so Spark adds no second exchange, and reuses the first
 for both branches). Both meet in one ``mapInArrow`` (:func:`~wayline.pipelines.sending.send`),
