@@ -10,12 +10,15 @@ batching query. One stage, no shuffle, no Python: it runs under Spark's real-tim
 (``delivery.matching_trigger = "realtime"``), or in micro-batches.
 
 The plan embeds the registry snapshot (the match table as local rows, the filters as
-Columns), so a new registry version restarts the query on its checkpoint
-(:class:`~wayline.pipelines.job.RestartingQuery`): the version is read every
-``delivery.version_poll_s``, once the running batch has ended: a real-time batch lasts
-``realtime_checkpoint_s``, so that interval bounds how late a registry change takes
-effect, and nothing is routed twice (stopped mid-batch, the query would route again
-everything it read since its last checkpoint).
+Columns), so a new registry version (read every ``delivery.version_poll_s``) restarts
+the query on its checkpoint (:class:`~wayline.pipelines.job.RestartingQuery`) once its
+running batch has ended. A real-time batch lasts ``realtime_checkpoint_s``: that
+interval bounds how late a registry change takes effect, and nothing is routed twice
+(stopped mid-batch, the query would route again everything it read since its last
+checkpoint).
+
+Start it from ``wayline run delivery`` as :func:`wayline.compose.matching_job`, on a
+SparkSession made from :func:`with_enough_slots` settings.
 
 The *batching query* (:mod:`~wayline.pipelines.batching`) runs beside it once a
 subscription is in batch mode, as in the micro-batch engine, and sends its batches with
@@ -158,6 +161,7 @@ class MatchingJob:
         self._lock = threading.Lock()
         self._stopped = threading.Event()
         self._batching_failure: BaseException | None = None
+        self._poll_failure: Exception | None = None
         self._poller = threading.Thread(target=self._poll_version, name=f"{QUERY_NAME}-version", daemon=True)
 
     def start(self) -> MatchingJob:
@@ -188,8 +192,14 @@ class MatchingJob:
         return query
 
     def _poll_version(self) -> None:
+        try:
+            self._follow_versions()
+        except Exception as exc:  # noqa: BLE001 - surfaced by exception(): a job that stopped following the registry has failed
+            self._poll_failure = exc
+
+    def _follow_versions(self) -> None:
         while not self._stopped.wait(self._settings.delivery.version_poll_s):
-            # The holder reads the version (a failed read keeps the snapshot it has).
+            # The holder reads the version (a registry it cannot read keeps the snapshot it has).
             version = self._holder.current().version
             # Asked once per version: a restart takes longer than a poll.
             if version not in (self._running_version, self._asked_version):
@@ -212,10 +222,11 @@ class MatchingJob:
 
     @property
     def isActive(self) -> bool:  # noqa: N802 - reads like StreamingQuery's
-        return self.matching.isActive and (self.batching is None or self.batching.isActive)
+        return self._poll_failure is None and self.matching.isActive and (
+            self.batching is None or self.batching.isActive)
 
     def exception(self) -> BaseException | None:
-        failure = self.matching.exception()
+        failure = self._poll_failure or self.matching.exception()
         if failure is None and self.batching is not None:
             # A stop interrupts the batching query's micro-batch (or its Python runner
             # starting): replayed from the checkpoint, so only a failure before it counts.
