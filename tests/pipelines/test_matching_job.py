@@ -6,7 +6,8 @@ One scenario per trigger, in three acts:
 
 1. valid events (one subscription in streaming mode, one in batch mode), an event no
    subscription wants and a malformed record: the exact records each topic gets, the
-   requests byte-equal to what the micro-batch engine sends;
+   requests byte-equal to what the micro-batch engine sends, and the batching query
+   beside it making batches of the bundles;
 2. a subscription added while the query runs: the query restarts on the new version and
    routes to it; a subscription disabled: it gets nothing more;
 3. the job stopped, events produced meanwhile, a new job started on the same checkpoint:
@@ -21,6 +22,7 @@ from pathlib import Path
 import orjson
 import pytest
 from confluent_kafka import Message, Producer
+from sqlalchemy import select
 
 from tests.pipelines.test_delivery_crash import subscribe_single_and_batched
 from tests.recon.streams import read_records
@@ -31,6 +33,7 @@ from wayline.core.settings import Settings
 from wayline.delivery import work
 from wayline.delivery.bucket import Source
 from wayline.delivery.metrics import DeliveryMetrics
+from wayline.delivery.storage.store import RetryEntry
 from wayline.pipelines.matching_job import OBSERVED, MatchingJob, slots_needed, source_partitions, with_enough_slots
 from wayline.registry import subscription
 from wayline.registry.access import ADMIN
@@ -176,6 +179,16 @@ def test_the_matching_query_writes_every_request_and_follows_the_registry(
             "max_wait_ms": 500, "shard": 0, "event_ids": [e["id"]], "bodies": [orjson.dumps(e).decode()],
             "run": f"matching/{topic}/0", "batch_id": offset,
         } for offset, e in enumerate(events)]
+
+        # The batching query beside it batches them (4 at once, the other 2 after max_wait) and
+        # sends; nothing listens on the receiver's port, so the batches wait in the retry store.
+        def batches() -> list[list[str]]:
+            with database.transaction() as s:
+                return sorted(entry.event_ids for entry in s.scalars(
+                    select(RetryEntry).where(RetryEntry.subscription_id == batched.id, RetryEntry.kind == "batch")))
+
+        wait_for(lambda: sum(map(len, batches())) >= len(events), "the batches")
+        assert batches() == [[e["id"] for e in events[:BATCH]], [e["id"] for e in events[BATCH:]]]
 
         def quarantined() -> list[Message]:
             return [m for m in read_records(bootstrap, settings.kafka.quarantine_topic)
