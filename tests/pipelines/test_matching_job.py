@@ -28,13 +28,21 @@ from tests.pipelines.test_delivery_crash import subscribe_single_and_batched
 from tests.recon.streams import read_records
 from tests.waiting import wait_for
 from wayline.core.envelope import REASON_HEADER, SOURCE_OFFSET_HEADER, SOURCE_TOPIC_HEADER
+from wayline.core.errors import ConfigError
 from wayline.core.kafka import ensure_topics
 from wayline.core.settings import Settings
 from wayline.delivery import work
 from wayline.delivery.bucket import Source
 from wayline.delivery.metrics import DeliveryMetrics
 from wayline.delivery.storage.store import RetryEntry
-from wayline.pipelines.matching_job import OBSERVED, MatchingJob, slots_needed, source_partitions, with_enough_slots
+from wayline.pipelines.matching_job import (
+    OBSERVED,
+    MatchingJob,
+    check_slots,
+    slots_needed,
+    source_partitions,
+    with_enough_slots,
+)
 from wayline.registry import subscription
 from wayline.registry.access import ADMIN
 from wayline.registry.endpoint import EndpointIn, EndpointService
@@ -128,6 +136,19 @@ def test_a_local_master_is_raised_to_the_slots_the_topics_need(settings: Setting
     assert source_partitions(on_topics) == 6
     assert with_enough_slots(on_topics).spark.master == "local[8]"
     assert with_enough_slots(on_topics, retries=True).spark.master == "local[10]"
+
+
+@pytest.mark.integration
+def test_a_real_time_query_that_would_take_every_slot_is_refused(spark, settings: Settings, unique: str) -> None:
+    name = f"mjr{unique}"
+    on_topics = _engine(settings, "realtime").model_copy(update={"kafka": settings.kafka.model_copy(update={
+        "event_topic_prefix": f"events.{name}.", "alert_topic_prefix": f"alerts.{name}."})})
+    ensure_topics(settings.kafka_bootstrap(), [f"events.{name}.a"], 1)
+    check_slots(spark, on_topics)  # the test session's local[2]: one slot for it, one left
+    ensure_topics(settings.kafka_bootstrap(), [f"events.{name}.b"], 1)
+    with pytest.raises(ConfigError, match=r"reads 2 Kafka partitions .* Spark has 2: set spark.master to local\[4\]"):
+        check_slots(spark, on_topics)
+    check_slots(spark, _engine(on_topics, "micro_batch"))  # micro-batches take turns for slots
 
 
 @pytest.mark.integration
