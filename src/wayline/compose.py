@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
     from wayline.delivery.metrics import DeliveryMetrics
     from wayline.pipelines.delivery import DeliveryJob
+    from wayline.pipelines.matching_job import MatchingJob
     from wayline.pipelines.recon import ReconJob
     from wayline.pipelines.rules import RulesJob
     from wayline.registry.rule_control import ControlTopic
@@ -86,6 +87,16 @@ def delivery_job(wiring: Wired, metrics: DeliveryMetrics) -> DeliveryJob:
     return start_delivery(wiring.spark, wiring.settings, wiring.database, wiring.endpoints(), metrics)
 
 
+def matching_job(wiring: Wired, metrics: DeliveryMetrics) -> MatchingJob:
+    """With ``delivery.engine = "senders"``: the Spark side of the delivery job, the
+    JVM-only matching query writing requests to ``delivery.work_topic`` (and the batching
+    query beside it); the sender processes are started apart."""
+    from wayline.pipelines.matching_job import MatchingJob
+
+    return MatchingJob(wiring.spark, wiring.settings, wiring.database, wiring.endpoints(), metrics,
+                       wiring.settings.checkpoint_root / "delivery").start()
+
+
 def retry_query(wiring: Wired, metrics: DeliveryMetrics) -> StreamingQuery:
     from wayline.pipelines.retries import start_retries
 
@@ -124,6 +135,6 @@ def admin_app(settings: Settings) -> FastAPI:
 
 
 __all__ = [
-    "Wired", "admin_app", "database", "delivery_job", "job_progress", "metrics_served", "recon_job", "retry_query", "rules_job",
+    "Wired", "admin_app", "database", "delivery_job", "job_progress", "matching_job", "metrics_served", "recon_job", "retry_query", "rules_job",
     "wired",
 ]

@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 import orjson
-from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
 
 
 def end_offsets(bootstrap: str, topics: list[str]) -> dict[str, dict[str, int]]:
@@ -38,10 +38,10 @@ def caught_up(job, ends: dict[str, dict[str, int]], timeout: float = 300) -> Non
     raise AssertionError(f"the recon query did not catch up with {ends}")
 
 
-def read_all(bootstrap: str, topic: str, timeout: float = 60) -> list[dict[str, Any]]:
-    """Every record on ``topic`` up to where it ends now, as JSON: read from each
-    partition's start to its end offset (no consumer group to join, so nothing is missed
-    while one would be forming)."""
+def read_records(bootstrap: str, topic: str, timeout: float = 60) -> list[Message]:
+    """Every record on ``topic`` up to where it ends now: read from each partition's start
+    to its end offset (no consumer group to join, so nothing is missed while one would be
+    forming)."""
     remaining = {int(p): end for p, end in end_offsets(bootstrap, [topic])[topic].items() if end > 0}
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"recon-test-{time.time_ns()}",
                          "enable.auto.commit": False})
@@ -53,7 +53,7 @@ def read_all(bootstrap: str, topic: str, timeout: float = 60) -> list[dict[str, 
             message = consumer.poll(1.0)
             if message is None or message.error():
                 continue
-            out.append(orjson.loads(message.value()))
+            out.append(message)
             if message.offset() + 1 >= remaining.get(message.partition(), 0):
                 remaining.pop(message.partition(), None)
     finally:
@@ -62,4 +62,9 @@ def read_all(bootstrap: str, topic: str, timeout: float = 60) -> list[dict[str, 
     return out
 
 
-__all__ = ["caught_up", "end_offsets", "read_all"]
+def read_all(bootstrap: str, topic: str, timeout: float = 60) -> list[dict[str, Any]]:
+    """Every record's value on ``topic`` up to where it ends now, as JSON (:func:`read_records`)."""
+    return [orjson.loads(message.value()) for message in read_records(bootstrap, topic, timeout)]
+
+
+__all__ = ["caught_up", "end_offsets", "read_all", "read_records"]

@@ -222,7 +222,8 @@ class DeliverySettings(_Section):
     )
     realtime_checkpoint_s: float = Field(
         default=30.0, gt=0,
-        description="with matching_trigger = realtime: how often the matching query checkpoints its offsets",
+        description="with matching_trigger = realtime: how often the matching query checkpoints its offsets, "
+                    "and so how late a registry change may take effect",
     )
     work_topic: str = Field(
         default="wayline.delivery.work",

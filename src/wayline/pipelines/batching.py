@@ -80,8 +80,7 @@ def _chunking(shards: int, topic: str) -> tuple[
     list[Column], list[Column], list[Column | str], Callable[[Column], list[Column | str]],
 ]:
     """``batch_work``'s Columns, made once (see ``envelope._parse_steps``)."""
-    shard = F.pmod(F.crc32(F.col("event_id").cast("binary")), F.lit(shards)).cast("int")
-    group = [F.col(name) for name in KEY_COLUMNS[:-1]] + [shard.alias("shard")]
+    group = [F.col(name) for name in KEY_COLUMNS[:-1]] + [shard_of(F.col("event_id"), shards).alias("shard")]
     # The same event twice (a duplicate on Kafka) goes once; sorted, copies are neighbours.
     items = F.filter("_sorted", lambda item, i: (i == 0) | (item["id"] != F.element_at("_sorted", i)["id"]))
     starts = F.sequence(F.lit(0), F.size(items) - 1, F.col("max_count"))
@@ -92,15 +91,13 @@ def _chunking(shards: int, topic: str) -> tuple[
     full = F.size("col") == F.col("max_count")
 
     def present(source_json: Column) -> list[Column | str]:
-        bundle = F.to_json(F.struct(*KEY_COLUMNS, F.col("col.id").alias("event_ids"), F.col("col.body").alias("bodies")))
-        spliced = F.concat(bundle.substr(F.lit(1), F.length(bundle) - 1), F.lit(","), source_json, F.lit("}"))
         return [
             F.when(full, F.lit("batch")).otherwise(F.lit("record")).alias("kind"),
             "subscription_id", "endpoint_id", F.col("col.id").alias("event_ids"),
-            F.when(full, F.concat(F.lit("["), F.array_join("col.body", ","), F.lit("]")))
-            .otherwise(spliced).cast("binary").alias("body"),
+            F.when(full, F.concat(F.lit("["), F.array_join("col.body", ","), F.lit("]")).cast("binary"))
+            .otherwise(bundle_value(F.col("col.id"), F.col("col.body"), source_json)).alias("body"),
             F.when(~full, F.lit(topic)).alias("topic"),
-            F.when(~full, F.concat_ws(":", "subscription_id", "shard")).cast("binary").alias("key"),
+            F.when(~full, bundle_key()).alias("key"),
             F.when(F.col("pos") == 0, F.col("_events")).otherwise(F.lit(0)).alias("events"),
         ]
 
@@ -110,6 +107,24 @@ def _chunking(shards: int, topic: str) -> tuple[
         F.sum("events").cast("int").alias("_events"),
     ]
     return group, aggregates, cut, present
+
+
+def shard_of(event_id: Column, shards: int) -> Column:
+    """The batch shard of an event, as :func:`~wayline.delivery.batch.shard_for` computes it."""
+    return F.pmod(F.crc32(event_id.cast("binary")), F.lit(shards)).cast("int")
+
+
+def bundle_key() -> Column:
+    """A bundle's Kafka key, its batch key, over the :data:`KEY_COLUMNS`."""
+    return F.concat_ws(":", "subscription_id", "shard").cast("binary")
+
+
+def bundle_value(event_ids: Column, bodies: Column, source_json: Column) -> Column:
+    """A bundle as the batching query reads it (:data:`BUNDLE_SCHEMA`), over the
+    :data:`KEY_COLUMNS`: its events' ids and bodies (text), and ``source_json``, the
+    ``"run":…,"batch_id":…`` members that name where it came from (the replay guard)."""
+    bundle = F.to_json(F.struct(*KEY_COLUMNS, event_ids.alias("event_ids"), bodies.alias("bodies")))
+    return F.concat(bundle.substr(F.lit(1), F.length(bundle) - 1), F.lit(","), source_json, F.lit("}")).cast("binary")
 
 
 def _at(ms: int) -> datetime:
@@ -231,5 +246,8 @@ __all__ = [
     "MAX_BUNDLE_BYTES",
     "BatchingProcessor",
     "batch_work",
+    "bundle_key",
+    "bundle_value",
+    "shard_of",
     "start_batching",
 ]

@@ -57,10 +57,13 @@ from wayline.registry.endpoint import EndpointService
 
 
 def ensure_delivery_topics(settings: Settings) -> None:
-    """The internal topics the sending tasks write to, besides the quarantine: the batch
-    topic and, with ``audit.enabled``, the self-audit's two."""
+    """The internal topics the delivery job writes to, besides the quarantine: the batch
+    topic, with ``audit.enabled`` the self-audit's two, and with ``delivery.engine =
+    "senders"`` the work topic (``delivery.work_partitions`` partitions)."""
     bootstrap, partitions = settings.kafka_bootstrap(), settings.kafka.topic_partitions
     ensure_topics(bootstrap, [settings.delivery.batch_topic], partitions, BATCH_TOPIC_CONFIG)
+    if settings.delivery.engine == "senders":
+        ensure_topics(bootstrap, [settings.delivery.work_topic], settings.delivery.work_partitions)
     if settings.audit.enabled:
         ensure_topics(bootstrap, [settings.audit.consumed_topic, settings.audit.outcomes_topic], partitions)
 
@@ -132,6 +135,65 @@ class DeliveryJob:
             query.stop()
 
 
+class SendStep:
+    """The send step with what it needs around it: the snapshot holder's current snapshot,
+    the endpoints whose latest retry failed, the metrics, and disabling subscriptions whose
+    endpoint answered 410. The matching and batching queries of the micro-batch engine
+    share one; with ``delivery.engine = "senders"``, the batching query uses it alone."""
+
+    def __init__(self, settings: Settings, database: Database, holder: SnapshotHolder[LiveSnapshot],
+                 metrics: DeliveryMetrics) -> None:
+        self._settings = settings
+        self._database = database
+        self._holder = holder
+        self._metrics = metrics
+        self._for_tasks = task_settings(settings)
+        self._stage = StageSettings.from_settings(settings.delivery)
+        queue = RetryQueue(database.engine)
+        self._failing = Polled(queue.failing_now if settings.delivery.defer_failing else frozenset, frozenset(),
+                               settings.delivery.version_poll_s)
+
+    def sender(self, live: LiveSnapshot) -> PartitionSender:
+        return PartitionSender(live.targets, self._for_tasks, self._stage, self._failing.current())
+
+    def record(self, summary: BatchSummary) -> None:
+        self._metrics.add(summary)  # thread-safe: each query calls from its own thread
+        gone = summary.deliveries.gone_subscriptions()
+        if gone:
+            disable_gone(self._database, gone)
+            # Whichever query runs next sends with the registry as it is now.
+            self._holder.refresh()
+
+    def send_ready(self, batch: DataFrame, _batch_id: int) -> None:
+        """The batching query's ``foreachBatch``: send the batches that are due."""
+        live = self._holder.current()
+        started = time.perf_counter()
+        summary = send(batch, self.sender(live), self._settings.delivery.send_partitions)
+        summary.phase_seconds["send_ready_batches"] += time.perf_counter() - started
+        summary.registry_version = live.version
+        self.record(summary)
+
+    def batching(self, spark: SparkSession, checkpoint: Path, *, available_now: bool = False,
+                 ) -> Callable[[], StreamingQuery]:
+        """What starts the batching query on ``checkpoint``, sending with this step."""
+        return lambda: start_batching(
+            spark, self._settings, concise_failures("wayline-delivery-batching", self.send_ready), str(checkpoint),
+            available_now=available_now,
+        )
+
+
+def live_snapshots(spark: SparkSession, settings: Settings, database: Database,
+                   endpoints: EndpointService) -> SnapshotHolder[LiveSnapshot]:
+    """The registry snapshot as the delivery job's queries hold it, swapped when the
+    version moved (read at most every ``delivery.version_poll_s``)."""
+    return SnapshotHolder(
+        load=lambda: load_live_snapshot(spark, database, endpoints),
+        version=database.current_version,
+        poll_s=settings.delivery.version_poll_s,
+        retire=lambda live: live.targets.unpersist(),
+    )
+
+
 def start_delivery(
     spark: SparkSession,
     settings: Settings,
@@ -144,50 +206,21 @@ def start_delivery(
 ) -> DeliveryJob:
     """Start the delivery job. The first snapshot is loaded before it starts, so a
     registry that cannot be read is an error here rather than in a query thread."""
-    holder = SnapshotHolder(
-        load=lambda: load_live_snapshot(spark, database, endpoints),
-        version=database.current_version,
-        poll_s=settings.delivery.version_poll_s,
-        retire=lambda live: live.targets.unpersist(),
-    )
+    holder = live_snapshots(spark, settings, database, endpoints)
     holder.current()
     ensure_delivery_topics(settings)
-    for_tasks = task_settings(settings)
-    stage = StageSettings.from_settings(settings.delivery)
-    queue = RetryQueue(database.engine)
-    failing = Polled(queue.failing_now if settings.delivery.defer_failing else frozenset, frozenset(),
-                     settings.delivery.version_poll_s)
-
-    def sender(live: LiveSnapshot) -> PartitionSender:
-        return PartitionSender(live.targets, for_tasks, stage, failing.current())
-
+    step = SendStep(settings, database, holder, metrics)
     root = checkpoint or settings.checkpoint_root / "delivery"
     # The matching query's id names the run its bundles come from; it is known once start() returns.
     matching_id: list[str] = []
     started = threading.Event()
-
-    def record(summary: BatchSummary) -> None:
-        metrics.add(summary)  # thread-safe: each query calls from its own thread
-        gone = summary.deliveries.gone_subscriptions()
-        if gone:
-            disable_gone(database, gone)
-            # Whichever query runs next sends with the registry as it is now.
-            holder.refresh()
 
     def match_and_send(batch: DataFrame, batch_id: int) -> None:
         started.wait()
         live = holder.current()
         if live.has_batch:
             job.ensure_batching()
-        record(deliver_micro_batch(batch, Source(matching_id[0], batch_id), live, settings, sender(live)))
-
-    def send_ready(batch: DataFrame, _batch_id: int) -> None:
-        live = holder.current()
-        started = time.perf_counter()
-        summary = send(batch, sender(live), settings.delivery.send_partitions)
-        summary.phase_seconds["send_ready_batches"] += time.perf_counter() - started
-        summary.registry_version = live.version
-        record(summary)
+        step.record(deliver_micro_batch(batch, Source(matching_id[0], batch_id), live, settings, step.sender(live)))
 
     writer = (
         read_kafka(spark, settings, delivered_topic_pattern(settings),
@@ -200,10 +233,7 @@ def start_delivery(
         writer = writer.trigger(availableNow=True)
     else:
         writer = writer.trigger(processingTime=f"{round(settings.delivery.trigger_interval_s * 1000)} milliseconds")
-    job = DeliveryJob(writer.start(), lambda: start_batching(
-        spark, settings, concise_failures("wayline-delivery-batching", send_ready), str(root / "batching"),
-        available_now=available_now,
-    ), holder)
+    job = DeliveryJob(writer.start(), step.batching(spark, root / "batching", available_now=available_now), holder)
     # Leftovers of an earlier run (in its state or on the topic) are delivered even if no
     # subscription is in batch mode any more.
     if holder.current().has_batch or (root / "batching").exists():
@@ -217,8 +247,10 @@ __all__ = [
     "DELIVERY_CALLER",
     "GONE_REASON",
     "DeliveryJob",
+    "SendStep",
     "deliver_micro_batch",
     "disable_gone",
     "ensure_delivery_topics",
+    "live_snapshots",
     "start_delivery",
 ]

@@ -37,8 +37,9 @@ class RestartingQuery:
     """
 
     def __init__(self, name: str, start: Callable[[], StreamingQuery],
-                 on_restart: Callable[[], None] = lambda: None) -> None:
+                 on_restart: Callable[[], None] = lambda: None, batch_end_wait_s: float = 60) -> None:
         self._name = name
+        self._batch_end_wait_s = batch_end_wait_s
         self._start = start
         self._on_restart = on_restart
         self._query: StreamingQuery | None = None
@@ -111,12 +112,22 @@ class RestartingQuery:
             finally:
                 self._restarting = False
 
-    def _let_batch_end(self, query: StreamingQuery, timeout_s: float = 60) -> None:
-        """Wait (a while) for the running micro-batch, usually the one that asked, to end:
-        stopping it would interrupt it, to be replayed after the restart."""
-        deadline = time.monotonic() + timeout_s
-        while query.isActive and query.status.get("isTriggerActive") and time.monotonic() < deadline:
+    def _let_batch_end(self, query: StreamingQuery) -> None:
+        """Wait (up to ``batch_end_wait_s``) for the running batch, usually the one that
+        asked, to end: stopping it would interrupt it, to be replayed after the restart.
+        It has ended once the trigger is idle or a newer batch reported its progress:
+        back-to-back micro-batches, or a real-time query's batches (each as long as its
+        checkpoint interval), leave the trigger active between them."""
+        deadline = time.monotonic() + self._batch_end_wait_s
+        running = _batch_id(query)
+        while (query.isActive and query.status.get("isTriggerActive") and _batch_id(query) == running
+               and time.monotonic() < deadline):
             time.sleep(0.05)
+
+
+def _batch_id(query: StreamingQuery) -> int | None:
+    progress = query.lastProgress
+    return None if progress is None else progress.batchId
 
 
 __all__ = ["Job", "RestartingQuery"]

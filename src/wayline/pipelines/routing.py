@@ -16,7 +16,12 @@ subscriptions (:mod:`~wayline.pipelines.matching`) and turn it into work rows
 An event's first row carries ``events = 1``, so the tasks' counts add up to the
 micro-batch's without a pass of their own.
 
-Every row is hash-partitioned by endpoint once. Streaming rows go from that shuffle
+With ``delivery.engine = "senders"`` the same units are the matching query's output
+instead (:func:`work_records`): each becomes the Kafka record it makes, requests for the
+sender processes among them, in one projection with no shuffle
+(:mod:`~wayline.pipelines.matching_job`).
+
+In the micro-batch engine, every row is hash-partitioned by endpoint once. Streaming rows go from that shuffle
 straight to the sending tasks; batch-mode pairs are grouped from the same shuffle (their
 grouping includes the endpoint, so Spark adds no second exchange, and reuses the first
 for both branches). Both meet in one ``mapInArrow`` (:func:`~wayline.pipelines.sending.send`),
@@ -34,9 +39,9 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from wayline.core.settings import Settings
-from wayline.delivery import audit
+from wayline.delivery import audit, work
 from wayline.delivery.bucket import Source
-from wayline.pipelines.batching import batch_work
+from wayline.pipelines.batching import batch_work, bundle_key, bundle_value, shard_of
 from wayline.pipelines.envelope import event_body, parse_events, quarantine_copy
 from wayline.pipelines.live_snapshot import BATCH, LiveSnapshot
 from wayline.pipelines.matching import with_subscriptions
@@ -46,7 +51,7 @@ _UNIT_FIELDS = (
     ("kind", "string"), ("subscription_id", "string"), ("endpoint_id", "string"), ("max_count", "int"),
     ("max_wait_ms", "int"), ("event_id", "string"), ("body", "binary"), ("topic", "string"), ("key", "binary"),
     ("headers", "array<struct<key:string,value:binary>>"), ("reason", "string"), ("events", "int"),
-    ("source", "string"),
+    ("source", "string"), ("partition", "int"), ("offset", "long"),
 )
 
 
@@ -108,6 +113,7 @@ def _units(quarantine_topic: str, quarantine_max_bytes: int, consumed_topic: str
             subscription_id=route["subscription_id"], endpoint_id=route["endpoint_id"],
             max_count=route["max_count"], max_wait_ms=route["max_wait_ms"], event_id=F.col("id"),
             body=F.col("_body"), events=(position == 0).cast("int"), source=F.col("topic"),
+            partition=F.col("partition"), offset=F.col("offset"),
         )
         if consumed_topic is None:
             return F.array(unit)
@@ -118,6 +124,38 @@ def _units(quarantine_topic: str, quarantine_max_bytes: int, consumed_topic: str
         F.when(F.col("reason").isNotNull(), unmatched(quarantined, audit.QUARANTINED))
         .when(F.size("subscriptions") == 0, unmatched(filtered, audit.FILTERED))
         .otherwise(F.flatten(F.transform("subscriptions", pair)))
+    )
+
+
+def work_records(units: DataFrame, version: int, settings: Settings) -> DataFrame:
+    """The matching query's output (``delivery.engine = "senders"``): each of ``work_rows``'
+    units as the Kafka record it makes — ``topic``, ``key``, ``value``, ``headers`` — in
+    one projection, no shuffle. A ``single`` request goes to ``delivery.work_topic`` in
+    the format of :mod:`wayline.delivery.work`, ``version`` (the snapshot's) in its
+    headers; a batch-mode pair to the batching query as a bundle of one event; quarantine
+    copies and self-audit records as the sending tasks write them. A filtered event writes
+    nothing."""
+    delivery = settings.delivery
+    single = F.col("kind") == F.lit("single")
+    pair = F.col("kind") == F.lit(_PAIR)
+    shard = shard_of(F.col("event_id"), delivery.batch_shards)
+    # A one-event bundle's replay guard: offsets only grow within a source partition.
+    origin = F.to_json(F.struct(F.concat_ws("/", F.lit("matching"), "source", "partition").alias("run"),
+                                F.col("offset").alias("batch_id")))
+    one = F.array(F.col("event_id"))
+    bundle = bundle_value(one, F.array(F.col("body").cast("string")), origin.substr(F.lit(2), F.length(origin) - 2))
+    fields = {work.KIND: F.lit("single"), work.SUBSCRIPTION: F.col("subscription_id"),
+              work.ENDPOINT: F.col("endpoint_id"), work.EVENT: F.col("event_id"), work.SOURCE: F.col("source"),
+              work.VERSION: F.lit(str(version))}
+    headers = F.array(*(F.struct(F.lit(name).alias("key"), fields[name].cast("binary").alias("value"))
+                        for name in work.HEADERS))
+    return units.where(F.col("kind") != F.lit("filtered")).withColumn("shard", shard).select(
+        F.when(single, F.lit(delivery.work_topic)).when(pair, F.lit(delivery.batch_topic))
+        .otherwise(F.col("topic")).alias("topic"),
+        F.when(single, F.col("endpoint_id").cast("binary")).when(pair, bundle_key())
+        .otherwise(F.col("key")).alias("key"),
+        F.when(pair, bundle).otherwise(F.col("body")).alias("value"),
+        F.when(single, headers).otherwise(F.col("headers")).alias("headers"),
     )
 
 
@@ -140,4 +178,4 @@ def micro_batch_work(batch: DataFrame, live: LiveSnapshot, settings: Settings, s
                               allowMissingColumns=True)
 
 
-__all__ = ["micro_batch_work", "work_rows"]
+__all__ = ["micro_batch_work", "work_records", "work_rows"]

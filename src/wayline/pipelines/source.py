@@ -26,22 +26,25 @@ def delivered_topic_pattern(settings: Settings) -> str:
 
 
 def read_kafka(spark: SparkSession, settings: Settings, pattern: str | None = None,
-               starting_offsets: str | None = None, max_offsets_per_trigger: int | None = None) -> DataFrame:
+               starting_offsets: str | None = None, max_offsets_per_trigger: int | None = None,
+               *, real_time: bool = False) -> DataFrame:
     """A streaming DataFrame of raw Kafka records from the topics matching ``pattern`` (default:
     every event topic), from ``starting_offsets`` on a new checkpoint (default:
     ``kafka.starting_offsets``), at most ``max_offsets_per_trigger`` per micro-batch
-    (default: ``kafka.max_offsets_per_trigger``); offsets live in the query's checkpoint."""
-    return (
+    (default: ``kafka.max_offsets_per_trigger``; none for a ``real_time`` query, which
+    Spark refuses a limit); offsets live in the query's checkpoint."""
+    reader = (
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", settings.kafka_bootstrap())
         .option("subscribePattern", pattern or event_topic_pattern(settings))
         .option("startingOffsets", starting_offsets or settings.kafka.starting_offsets)
-        # Back-pressure: a burst is worked off in bounded micro-batches, not all at once.
-        .option("maxOffsetsPerTrigger", max_offsets_per_trigger or settings.kafka.max_offsets_per_trigger)
         .option("includeHeaders", "true")
         .option("kafka.fetch.max.wait.ms", settings.kafka.fetch_max_wait_ms)
-        .load()
     )
+    if not real_time:
+        # Back-pressure: a burst is worked off in bounded micro-batches, not all at once.
+        reader = reader.option("maxOffsetsPerTrigger", max_offsets_per_trigger or settings.kafka.max_offsets_per_trigger)
+    return reader.load()
 
 
 def write_to_kafka(frame: DataFrame, settings: Settings) -> None:

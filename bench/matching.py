@@ -1,0 +1,315 @@
+"""Benchmark: the senders engine's matching query (issue 13), produce → work-topic append.
+
+Three *systems* read the same traffic, one after the other in one run, on one Spark
+session (``local[4]``: the real-time query's two partitions, the batching query's and
+broadcasts' tasks; see ``wayline.pipelines.matching_job.slots_needed``):
+
+- **floor**: a micro-batch query with the matching query's source, trigger and sink,
+  copying each record's value to a topic unchanged: Spark's own cost per micro-batch;
+- **micro_batch**: :class:`~wayline.pipelines.matching_job.MatchingJob` with
+  ``delivery.matching_trigger = "micro_batch"``;
+- **realtime**: the same job under ``"realtime"`` (checkpoint every
+  ``delivery.realtime_checkpoint_s``, default 30 s).
+
+Registry: five endpoints, each subscribed to 100 of 500 event types for every tenant,
+streaming mode, so every event makes one request. Latency of an event: the broker's
+append time of its output record (the topics use ``LogAppendTime``) minus the time its
+producer stamped into it (``data.sent_ms``), both this machine's clock; the first
+``WARMUP_S`` seconds are not counted.
+
+*Scenarios* (``--scenarios``):
+
+- ``steady``: each of ``--rates`` events/s for ``--seconds``: p50/p99;
+- ``backlog``: ``--backlog-events`` produced first, then the system started: records/s
+  from its start to the last append, and from the first append to the last;
+- ``swap``: 300 events/s; half-way, a new endpoint and subscription for every type: from
+  the registry commit to the first request routed to it (the query's restart), and how
+  many requests were routed twice around the restart.
+
+    # from the checkout, WAYLINE_SPARK__DRIVER_MEMORY=1g WAYLINE_STACK__BROKER_HEAP=512m
+    .venv/bin/python bench/matching.py --runs 1 --rates 300 1000 5000 --seconds 30
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import threading
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import orjson
+from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from fresh_stack import fresh_stack, machine
+from wayline.core.secret import Secret
+from wayline.core.settings import DeliverySettings, Settings
+from wayline.delivery.metrics import DeliveryMetrics
+from wayline.registry import catalog, customer, subscription
+from wayline.registry.access import ADMIN
+from wayline.registry.db import Database
+from wayline.registry.endpoint import EndpointIn, EndpointService
+from wayline.stack.spark import spark_session
+
+TYPES = 500
+ENDPOINTS = 5
+PARTITIONS = 2
+WARMUP_S = 5.0
+SYSTEMS = ("floor", "micro_batch", "realtime")
+RECEIVER = "http://127.0.0.1:9"  # never called: nothing here sends
+
+
+def seed(database: Database, endpoints: EndpointService) -> str:
+    """The registry shape; returns the customer id."""
+    with database.transaction() as s:
+        for t in range(TYPES):
+            catalog.create_event_type(s, ADMIN, catalog.EventTypeIn(name=f"bench.t{t}"))
+        catalog.upsert_tenants(s, ADMIN, [catalog.TenantIn(id="bt")])
+        owner = customer.create(s, ADMIN, customer.CustomerIn(name="bench"))
+        for e in range(ENDPOINTS):
+            endpoint = endpoints.create(s, ADMIN, EndpointIn(url=f"{RECEIVER}/e{e}", customer_id=owner.id,
+                                                             secret=Secret.generate().text))
+            subscription.create(s, ADMIN, subscription.SubscriptionIn(
+                endpoint_id=endpoint.id, event_types=[f"bench.t{t}" for t in range(e, TYPES, ENDPOINTS)]))
+    return owner.id
+
+
+def add_subscription(database: Database, endpoints: EndpointService, owner: str) -> tuple[str, str, float]:
+    """A new endpoint subscribed to the first endpoint's 100 types (one event in five);
+    the endpoint's and the subscription's ids and the commit time."""
+    with database.transaction() as s:
+        endpoint = endpoints.create(s, ADMIN, EndpointIn(url=f"{RECEIVER}/added-{uuid.uuid4().hex[:6]}",
+                                                         customer_id=owner, secret=Secret.generate().text))
+        added = subscription.create(s, ADMIN, subscription.SubscriptionIn(
+            endpoint_id=endpoint.id, event_types=[f"bench.t{t}" for t in range(0, TYPES, ENDPOINTS)]))
+    return endpoint.id, added.id, time.time()
+
+
+def remove_subscription(database: Database, subscription_id: str) -> None:
+    """The next measurement starts from the seeded registry."""
+    with database.transaction() as s:
+        subscription.delete(s, ADMIN, subscription_id)
+
+
+def settings_for(base: Settings, system: str, tag: str, checkpoint_s: float) -> Settings:
+    return base.model_copy(update={
+        "kafka": base.kafka.model_copy(update={"event_topic_prefix": f"events.{tag}.",
+                                               "alert_topic_prefix": f"alerts.{tag}.", "topic_partitions": PARTITIONS}),
+        "delivery": base.delivery.model_copy(update={
+            "engine": "senders", "matching_trigger": "micro_batch" if system == "floor" else system,
+            "work_topic": f"wayline.work.{tag}", "work_partitions": PARTITIONS,
+            "batch_topic": f"wayline.batching.{tag}", "realtime_checkpoint_s": checkpoint_s}),
+        "audit": base.audit.model_copy(update={"enabled": False}),
+    })
+
+
+def create_topics(settings: Settings) -> str:
+    source = f"{settings.kafka.event_topic_prefix}load"
+    admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap()})
+    futures = admin.create_topics([
+        NewTopic(source, PARTITIONS, 1),
+        NewTopic(settings.delivery.work_topic, PARTITIONS, 1, config={"message.timestamp.type": "LogAppendTime"}),
+    ])
+    for future in futures.values():
+        future.result()
+    return source
+
+
+class Running:
+    def __init__(self, stop: Any, failure: Any) -> None:
+        self.stop, self.failure = stop, failure
+
+
+def start(system: str, spark: Any, settings: Settings, database: Database, checkpoint: Path) -> Running:
+    if system == "floor":
+        from wayline.pipelines.source import delivered_topic_pattern, read_kafka
+
+        query = (read_kafka(spark, settings, delivered_topic_pattern(settings),
+                            max_offsets_per_trigger=settings.delivery.max_offsets_per_trigger)
+                 .select("value").writeStream.format("kafka")
+                 .option("kafka.bootstrap.servers", settings.kafka_bootstrap())
+                 .option("topic", settings.delivery.work_topic)
+                 .option("checkpointLocation", str(checkpoint))
+                 .trigger(processingTime=f"{round(settings.delivery.trigger_interval_s * 1000)} milliseconds")
+                 .start())
+        return Running(query.stop, query.exception)
+    from wayline.pipelines.matching_job import MatchingJob
+
+    job = MatchingJob(spark, settings, database, EndpointService.from_settings(settings), DeliveryMetrics(),
+                      checkpoint).start()
+    return Running(job.stop, job.exception)
+
+
+def wait_running(spark: Any, running: Running, timeout_s: float = 180) -> None:
+    """Until the query has planned a batch (a real-time one: and launched its tasks)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if running.failure() is not None:
+            raise RuntimeError(str(running.failure())[:600])
+        active = spark.streams.active
+        if active and any(q.lastProgress is not None or q.status.get("isTriggerActive") for q in active):
+            time.sleep(3)
+            return
+        time.sleep(0.5)
+    raise TimeoutError("the query did not start")
+
+
+def event(n: int, tag: str) -> bytes:
+    return orjson.dumps({"specversion": "1.0", "id": f"{tag}-{n}", "source": "/bench", "type": f"bench.t{n % TYPES}",
+                         "tenantid": "bt", "data": {"sent_ms": time.time() * 1000}})
+
+
+def produce(bootstrap: str, topic: str, tag: str, rate: int | None, count: int, seconds: float = 0,
+            at_half: Any = None) -> int:
+    """``count`` events at once (``rate`` None) or ``rate`` per second for ``seconds``."""
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5 if rate else 50, "acks": "1"})
+    sent, started, halved = 0, time.perf_counter(), False
+    while True:
+        elapsed = time.perf_counter() - started
+        due = count if rate is None else int(elapsed * rate)
+        if rate is not None and elapsed >= seconds:
+            break
+        while sent < due:
+            producer.produce(topic, event(sent, tag))
+            sent += 1
+            if sent % 10_000 == 0:
+                producer.poll(0)
+        if rate is None:
+            break
+        if at_half is not None and not halved and elapsed >= seconds / 2:
+            halved = True
+            at_half()
+        producer.poll(0)
+        time.sleep(0.001)
+    producer.flush(60)
+    return sent
+
+
+def consume(bootstrap: str, topic: str, expected: int, stop: threading.Event,
+            out: list[tuple[float, float, bytes, str]]) -> None:
+    """(sent, appended, key, event id) of each output record, in seconds."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4()}",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer.subscribe([topic])
+    try:
+        while not stop.is_set() and len(out) < expected:
+            for message in consumer.consume(1000, 0.2):
+                if message.error():
+                    continue
+                body = orjson.loads(message.value())
+                out.append((body["data"]["sent_ms"] / 1000, message.timestamp()[1] / 1000, message.key() or b"",
+                            body["id"]))
+    finally:
+        consumer.close()
+
+
+def measure(system: str, scenario: str, spark: Any, base: Settings, database: Database, owner: str, state: Path,
+            rate: int, seconds: float, backlog: int, checkpoint_s: float) -> dict[str, Any]:
+    tag = f"{system.replace('_', '')}{scenario}{rate}{uuid.uuid4().hex[:4]}"
+    settings = settings_for(base, system, tag, checkpoint_s)
+    bootstrap = settings.kafka_bootstrap()
+    topic = create_topics(settings)
+    result: dict[str, Any] = {"system": system, "scenario": scenario, "rate": rate,
+                              "load_average": os.getloadavg(), "realtime_checkpoint_s": checkpoint_s}
+    records: list[tuple[float, float, bytes, str]] = []
+    stop = threading.Event()
+    expected = backlog if scenario == "backlog" else int(rate * seconds * 3)
+    reader = threading.Thread(target=consume, args=(bootstrap, settings.delivery.work_topic, expected, stop, records))
+    if scenario == "backlog":
+        produce(bootstrap, topic, tag, None, backlog)
+    running = start(system, spark, settings, database, state / "checkpoints" / tag)
+    started = time.time()
+    try:
+        reader.start()
+        if scenario == "backlog":
+            deadline = time.monotonic() + 600
+            while len(records) < backlog and time.monotonic() < deadline and running.failure() is None:
+                time.sleep(0.5)
+        else:
+            wait_running(spark, running)
+            swapped: list[tuple[str, str, float]] = []
+            endpoints = EndpointService.from_settings(settings)
+            at_half = (lambda: swapped.append(add_subscription(database, endpoints, owner))) if scenario == "swap" \
+                else None
+            begun = time.time()
+            result["sent"] = produce(bootstrap, topic, tag, rate, 0, seconds, at_half)
+            # Until every event's request arrived and, after a registry change, one routed by
+            # it: a real-time query takes the change at its next checkpoint.
+            deadline = time.monotonic() + 5 + (settings.delivery.realtime_checkpoint_s + 60) * (scenario == "swap")
+            while time.monotonic() < deadline and running.failure() is None and (
+                    len(records) < result["sent"]
+                    or (swapped and not any(key == swapped[0][0].encode() for _, _, key, _ in records[-2000:]))):
+                time.sleep(0.5)
+    finally:
+        stop.set()
+        reader.join()
+        failure = running.failure()
+        running.stop()
+    if failure is not None:
+        result["error"] = str(failure)[:600]
+    result["received"] = len(records)
+    if scenario == "backlog":
+        appended = [a for _, a, _, _ in records]
+        if appended:
+            result.update(start_to_last_per_s=round(len(records) / (max(appended) - started)),
+                          first_to_last_per_s=round(len(records) / max(max(appended) - min(appended), 1e-3)))
+        return result
+    counted = sorted(a - s for s, a, _, _ in records if s >= begun + WARMUP_S)
+    if counted:
+        q = statistics.quantiles(counted, n=100, method="inclusive")
+        result.update(p50_s=round(q[49], 3), p99_s=round(q[98], 3), max_s=round(counted[-1], 3), counted=len(counted))
+    if scenario == "swap" and swapped:
+        added, subscription_id, at = swapped[0]
+        remove_subscription(database, subscription_id)
+        first = min((a for _, a, key, _ in records if key == added.encode()), default=None)
+        result["change_to_first_routed_s"] = None if first is None else round(first - at, 3)
+        twice = Counter((key, event_id) for _, _, key, event_id in records)
+        result["routed_twice"] = sum(1 for n in twice.values() if n > 1)
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rates", type=int, nargs="+", default=[300, 1000, 5000])
+    parser.add_argument("--seconds", type=float, default=30.0)
+    parser.add_argument("--backlog-events", type=int, default=100_000)
+    parser.add_argument("--runs", type=int, default=1)
+    parser.add_argument("--checkpoint-s", type=float, default=DeliverySettings().realtime_checkpoint_s,
+                        help="delivery.realtime_checkpoint_s (default: the setting's default)")
+    parser.add_argument("--scenarios", default="steady,backlog,swap")
+    parser.add_argument("--systems", default=",".join(SYSTEMS))
+    parser.add_argument("--state", type=Path, default=Path("/tmp/wayline-bench-matching"))
+    parser.add_argument("--results", type=Path, default=Path("bench/results/matching.json"))
+    args = parser.parse_args()
+    scenarios, systems = args.scenarios.split(","), args.systems.split(",")
+    facts = machine()
+    results: list[dict[str, Any]] = []
+    with fresh_stack(args.state, spark={"master": "local[4]"},
+                     registry={"url_allow_list": ["127.0.0.1/32"]}) as (settings, database):
+        owner = seed(database, EndpointService.from_settings(settings))
+        spark = spark_session(settings)
+        for _ in range(args.runs):
+            plan = [("steady", rate) for rate in args.rates] * ("steady" in scenarios)
+            plan += [("backlog", 0)] * ("backlog" in scenarios) + [("swap", 300)] * ("swap" in scenarios)
+            for scenario, rate in plan:
+                for system in systems:
+                    if scenario == "swap" and system == "floor":
+                        continue
+                    result = measure(system, scenario, spark, settings, database, owner, args.state, rate,
+                                     args.seconds, args.backlog_events, args.checkpoint_s)
+                    print(json.dumps(result), flush=True)
+                    results.append(result)
+                    # After each measurement: a run that fails later keeps what it measured.
+                    args.results.parent.mkdir(parents=True, exist_ok=True)
+                    args.results.write_text(json.dumps({"machine": facts, "results": results}, indent=2))
+        spark.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,249 @@
+"""`wayline run delivery` with ``delivery.engine = "senders"``: the Spark side, matching only.
+
+The *matching query* runs in the JVM only: every event topic → parse
+(:mod:`~wayline.pipelines.envelope`) → match (:mod:`~wayline.pipelines.matching`, the
+snapshot's match table and compiled filters) → one Kafka sink whose rows name their own
+topic (:func:`~wayline.pipelines.routing.work_records`): requests to
+``delivery.work_topic`` for the sender processes (:mod:`wayline.delivery.work`),
+quarantine copies, self-audit records, and batch-mode pairs as one-event bundles for the
+batching query. One stage, no shuffle, no Python: it runs under Spark's real-time trigger
+(``delivery.matching_trigger = "realtime"``), or in micro-batches.
+
+The plan embeds the registry snapshot (the match table as local rows, the filters as
+Columns), so a new registry version (read every ``delivery.version_poll_s``) restarts
+the query on its checkpoint (:class:`~wayline.pipelines.job.RestartingQuery`) once its
+running batch has ended. A real-time batch lasts ``realtime_checkpoint_s``: that
+interval bounds how late a registry change takes effect, and nothing is routed twice
+(stopped mid-batch, the query would route again everything it read since its last
+checkpoint).
+
+Start it from ``wayline run delivery`` as :func:`wayline.compose.matching_job`, on a
+SparkSession made from :func:`with_enough_slots` settings.
+
+The *batching query* (:mod:`~wayline.pipelines.batching`) runs beside it once a
+subscription is in batch mode, as in the micro-batch engine, and sends its batches with
+the same send step (:class:`~wayline.pipelines.delivery.SendStep`).
+
+Slots: a real-time query holds one task slot per source partition for its whole
+checkpoint interval, so the Spark master needs at least that many plus what the batching
+query (its stateful stage, ``spark.shuffle_partitions``) and, in the same application,
+the retry query run: see :func:`slots_needed`.
+
+Filtered events write nothing; they are counted by the query's observed metrics
+(:data:`OBSERVED`: ``events``, ``filtered``, ``quarantined``), reported in its progress
+at the end of each batch.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+from pathlib import Path
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.streaming import StreamingQuery
+
+from wayline.core.errors import ConfigError, RetryLater
+from wayline.core.settings import Settings
+from wayline.delivery.metrics import DeliveryMetrics
+from wayline.pipelines.delivery import SendStep, ensure_delivery_topics, live_snapshots
+from wayline.pipelines.job import RestartingQuery
+from wayline.pipelines.live_snapshot import LiveSnapshot
+from wayline.pipelines.routing import work_records, work_rows
+from wayline.pipelines.source import delivered_topic_pattern, read_kafka
+from wayline.registry.db import Database
+from wayline.registry.endpoint import EndpointService
+
+_log = logging.getLogger(__name__)
+
+QUERY_NAME = "wayline-matching"
+OBSERVED = "wayline-matching"
+"""The name of the matching query's observed metrics in its progress."""
+
+
+def slots_needed(source_partitions: int, settings: Settings, *, retries: bool = False) -> int:
+    """Task slots the senders engine's queries need at once: the real-time matching
+    query's one per source partition (one in all with micro-batches, which take turns),
+    and one stage's tasks each for the batching query and, when it shares the Spark
+    application, the retry query."""
+    matching = source_partitions if settings.delivery.matching_trigger == "realtime" else 1
+    return matching + settings.spark.shuffle_partitions * (2 if retries else 1)
+
+
+def source_partitions(settings: Settings) -> int:
+    """Partitions of the topics the matching query reads now (a topic created later adds
+    its own at the query's next batch); with none yet, ``kafka.topic_partitions``, the
+    first one's."""
+    admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap()})
+    try:
+        topics = admin.list_topics(timeout=10).topics
+    except KafkaException as exc:
+        raise RetryLater(f"Kafka at {settings.kafka_bootstrap()} did not answer: {exc}") from exc
+    pattern = re.compile(delivered_topic_pattern(settings))
+    found = sum(len(meta.partitions) for name, meta in topics.items() if pattern.match(name))
+    return found or settings.kafka.topic_partitions
+
+
+def with_enough_slots(settings: Settings, *, retries: bool = False) -> Settings:
+    """``settings`` with a local Spark master (``local[N]``) raised to :func:`slots_needed`
+    when the matching query runs under the real-time trigger: give these to the
+    SparkSession of ``wayline run delivery`` with ``delivery.engine = "senders"``. A
+    cluster master is left alone: its cores are the operator's to size."""
+    local = re.fullmatch(r"local\[(\d+)\]", settings.spark.master)
+    if settings.delivery.engine != "senders" or settings.delivery.matching_trigger != "realtime" or local is None:
+        return settings
+    slots = max(int(local[1]), slots_needed(source_partitions(settings), settings, retries=retries))
+    return settings.model_copy(update={"spark": settings.spark.model_copy(update={"master": f"local[{slots}]"})})
+
+
+def check_slots(spark: SparkSession, settings: Settings) -> None:
+    """Refuse to start a real-time matching query that could not get a slot per source
+    partition and leave one for the batching query: Spark would fail it with
+    ``CONCURRENT_SCHEDULER_INSUFFICIENT_SLOT`` (or the batching query would starve)."""
+    if settings.delivery.matching_trigger != "realtime":
+        return
+    partitions, slots = source_partitions(settings), spark.sparkContext.defaultParallelism
+    if partitions + 1 > slots:
+        raise ConfigError(
+            f"the real-time matching query reads {partitions} Kafka partitions and holds a task slot for each, "
+            f"but Spark has {slots}: set spark.master to local[{slots_needed(partitions, settings)}] (or give the "
+            "cluster that many cores), or set delivery.matching_trigger = \"micro_batch\""
+        )
+
+
+def start_matching_query(spark: SparkSession, settings: Settings, live: LiveSnapshot, checkpoint: Path,
+                         ) -> StreamingQuery:
+    """Start the matching query on ``live`` (its version goes into every request's headers)."""
+    delivery = settings.delivery
+    realtime = delivery.matching_trigger == "realtime"
+    source = read_kafka(spark, settings, delivered_topic_pattern(settings),
+                        max_offsets_per_trigger=delivery.max_offsets_per_trigger, real_time=realtime)
+    units = work_rows(source, live, settings).observe(
+        OBSERVED,
+        F.coalesce(F.sum("events"), F.lit(0)).alias("events"),
+        F.count_if(F.col("kind") == F.lit("filtered")).alias("filtered"),
+        F.count_if(F.col("kind") == F.lit("record")).alias("quarantined"),
+    )
+    writer = (
+        work_records(units, live.version, settings)
+        .writeStream.format("kafka").queryName(QUERY_NAME)
+        .option("kafka.bootstrap.servers", settings.kafka_bootstrap())
+        .option("checkpointLocation", str(checkpoint))
+        .outputMode("update")
+    )
+    if realtime:
+        return writer.trigger(realTime=f"{delivery.realtime_checkpoint_s:g} seconds").start()
+    return writer.trigger(processingTime=f"{round(delivery.trigger_interval_s * 1000)} milliseconds").start()
+
+
+class MatchingJob:
+    """The matching query, restarted on every new registry version, and, once any
+    subscription is in batch mode, the batching query: run as one :class:`~wayline.pipelines.job.Job`."""
+
+    def __init__(self, spark: SparkSession, settings: Settings, database: Database, endpoints: EndpointService,
+                 metrics: DeliveryMetrics, checkpoint: Path) -> None:
+        self._spark = spark
+        self._settings = settings
+        self._database = database
+        self._holder = live_snapshots(spark, settings, database, endpoints)
+        self._root = checkpoint
+        self._start_batching = SendStep(settings, database, self._holder, metrics).batching(spark, checkpoint / "batching")
+        self._running_version: int | None = None
+        self._asked_version: int | None = None
+        # A real-time batch ends at its next checkpoint: waiting for it routes nothing twice.
+        wait_s = settings.delivery.realtime_checkpoint_s + 60 if settings.delivery.matching_trigger == "realtime" else 60
+        self.matching = RestartingQuery(QUERY_NAME, self._start_matching, batch_end_wait_s=wait_s)
+        self.batching: StreamingQuery | None = None
+        self._lock = threading.Lock()
+        self._stopped = threading.Event()
+        self._batching_failure: BaseException | None = None
+        self._poll_failure: Exception | None = None
+        self._poller = threading.Thread(target=self._poll_version, name=f"{QUERY_NAME}-version", daemon=True)
+
+    def start(self) -> MatchingJob:
+        """Start the queries. The first snapshot is loaded first, so a registry that
+        cannot be read is an error here rather than in a query thread."""
+        self._holder.current()
+        ensure_delivery_topics(self._settings)
+        check_slots(self._spark, self._settings)
+        self.matching.begin()
+        # Leftovers of an earlier run (in its state or on the topic) are sent even if no
+        # subscription is in batch mode any more.
+        if (self._root / "batching").exists():
+            self.ensure_batching()
+        self._poller.start()
+        return self
+
+    @property
+    def registry_version(self) -> int | None:
+        """The registry version the running matching query routes with."""
+        return self._running_version
+
+    def _start_matching(self) -> StreamingQuery:
+        live = self._holder.current()
+        if live.has_batch:
+            self.ensure_batching()
+        query = start_matching_query(self._spark, self._settings, live, self._root / "senders-matching")
+        self._running_version = live.version
+        return query
+
+    def _poll_version(self) -> None:
+        try:
+            self._follow_versions()
+        except Exception as exc:  # noqa: BLE001 - surfaced by exception(): a job that stopped following the registry has failed
+            self._poll_failure = exc
+
+    def _follow_versions(self) -> None:
+        while not self._stopped.wait(self._settings.delivery.version_poll_s):
+            # The holder reads the version (a registry it cannot read keeps the snapshot it has).
+            version = self._holder.current().version
+            # Asked once per version: a restart takes longer than a poll.
+            if version not in (self._running_version, self._asked_version):
+                self._asked_version = version
+                _log.info("registry version %d: restarting the matching query", version)
+                self.matching.restart()
+
+    def ensure_batching(self) -> None:
+        """Start the batching query unless it runs (an idle one costs a micro-batch per trigger)."""
+        with self._lock:
+            if self.batching is None and not self._stopped.is_set():
+                self.batching = self._start_batching()
+
+    @property
+    def queries(self) -> list[StreamingQuery]:
+        """The queries running now (the matching query's current incarnation first)."""
+        with self._lock:
+            running = [query for query in (self.matching.query, self.batching) if query is not None]
+        return running
+
+    @property
+    def isActive(self) -> bool:  # noqa: N802 - reads like StreamingQuery's
+        return self._poll_failure is None and self.matching.isActive and (
+            self.batching is None or self.batching.isActive)
+
+    def exception(self) -> BaseException | None:
+        failure = self._poll_failure or self.matching.exception()
+        if failure is None and self.batching is not None:
+            # A stop interrupts the batching query's micro-batch (or its Python runner
+            # starting): replayed from the checkpoint, so only a failure before it counts.
+            failure = self._batching_failure if self._stopped.is_set() else self.batching.exception()
+        return failure
+
+    def stop(self) -> None:
+        with self._lock:
+            batching = self.batching
+            self._batching_failure = batching.exception() if batching is not None else None
+            self._stopped.set()
+        self.matching.stop()
+        if batching is not None:
+            batching.stop()
+
+
+__all__ = [
+    "OBSERVED", "QUERY_NAME", "MatchingJob", "check_slots", "slots_needed", "source_partitions",
+    "start_matching_query", "with_enough_slots",
+]

@@ -1,0 +1,287 @@
+"""The senders engine's matching query end to end, under both triggers: events produced to
+the real broker, the registry in the real PostgreSQL, the query's records read back from
+the work, batch, quarantine and self-audit topics.
+
+One scenario per trigger, in three acts:
+
+1. valid events (one subscription in streaming mode, one in batch mode), an event no
+   subscription wants and a malformed record: the exact records each topic gets, the
+   requests byte-equal to what the micro-batch engine sends, and the batching query
+   beside it making batches of the bundles;
+2. a subscription added while the query runs: the query restarts on the new version and
+   routes to it; a subscription disabled: it gets nothing more;
+3. the job stopped, events produced meanwhile, a new job started on the same checkpoint:
+   every request is on the work topic (duplicates allowed, with the same headers).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import orjson
+import pytest
+from confluent_kafka import Message, Producer
+from sqlalchemy import select
+
+from tests.pipelines.test_delivery_crash import subscribe_single_and_batched
+from tests.recon.streams import read_records
+from tests.waiting import wait_for
+from wayline.core.envelope import REASON_HEADER, SOURCE_OFFSET_HEADER, SOURCE_TOPIC_HEADER
+from wayline.core.errors import ConfigError
+from wayline.core.kafka import ensure_topics
+from wayline.core.settings import Settings
+from wayline.delivery import work
+from wayline.delivery.bucket import Source
+from wayline.delivery.metrics import DeliveryMetrics
+from wayline.delivery.storage.store import RetryEntry
+from wayline.pipelines.matching_job import (
+    OBSERVED,
+    MatchingJob,
+    check_slots,
+    slots_needed,
+    source_partitions,
+    with_enough_slots,
+)
+from wayline.registry import subscription
+from wayline.registry.access import ADMIN
+from wayline.registry.endpoint import EndpointIn, EndpointService
+
+BATCH = 4
+RECEIVER = "http://127.0.0.1:9"  # never called: sending is the sender processes' part
+
+
+def _settings(api_settings: Settings, trigger: str, name: str) -> Settings:
+    return api_settings.model_copy(update={
+        "kafka": api_settings.kafka.model_copy(update={
+            "event_topic_prefix": f"events.{name}.", "alert_topic_prefix": f"alerts.{name}.",
+        }),
+        "delivery": api_settings.delivery.model_copy(update={
+            "engine": "senders", "matching_trigger": trigger, "realtime_checkpoint_s": 5.0,
+            "work_topic": f"wayline.work.{name}", "work_partitions": 2, "batch_topic": f"wayline.batching.{name}",
+            "batch_shards": 1, "version_poll_s": 0.5,
+        }),
+    })
+
+
+def _event(name: str, n: int, event_type: str, tenant: str) -> dict:
+    return {"specversion": "1.0", "id": f"{name}-{n}", "source": "/mj", "type": event_type, "tenantid": tenant,
+            "data": {"n": n}}
+
+
+def _produce(bootstrap: str, topic: str, values: list[bytes]) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for value in values:
+        producer.produce(topic, value)
+    assert producer.flush(30) == 0
+
+
+def _headers(message: Message) -> dict[str, str]:
+    return {key: value.decode() for key, value in message.headers() or []}
+
+
+def _start(spark, settings: Settings, database, checkpoint: Path):
+
+    job = MatchingJob(spark, settings, database, EndpointService.from_settings(settings), DeliveryMetrics(),
+                      checkpoint).start()
+    wait_for(lambda: job.exception() is not None or (job.matching.query is not None and job.matching.query.isActive),
+             "the matching query to start")
+    assert job.exception() is None, job.exception()
+    return job
+
+
+def _expected_requests(spark, settings: Settings, database, topic: str) -> list[tuple[bytes, bytes, str, str]]:
+    """What the micro-batch engine's sending tasks get for ``topic``'s records: each
+    ``single`` request's (endpoint id, body, subscription id, event id)."""
+    from wayline.pipelines.live_snapshot import load_live_snapshot
+    from wayline.pipelines.routing import micro_batch_work
+
+    live = load_live_snapshot(spark, database, EndpointService.from_settings(settings))
+    batch = (spark.read.format("kafka").option("kafka.bootstrap.servers", settings.kafka_bootstrap())
+             .option("subscribe", topic).option("includeHeaders", "true").load())
+    rows = micro_batch_work(batch, live, settings, Source("expected", 0)).where("kind = 'single'").collect()
+    return sorted((r.endpoint_id.encode(), bytes(r.body), r.subscription_id, r.event_ids[0]) for r in rows)
+
+
+def _engine(settings: Settings, trigger: str, master: str = "local[2]") -> Settings:
+    return settings.model_copy(update={
+        "delivery": settings.delivery.model_copy(update={"engine": "senders", "matching_trigger": trigger}),
+        "spark": settings.spark.model_copy(update={"master": master}),
+    })
+
+
+def test_a_real_time_query_needs_a_slot_per_partition_besides_the_other_queries(base_settings: Settings) -> None:
+    realtime, micro = _engine(base_settings, "realtime"), _engine(base_settings, "micro_batch")
+    # shuffle_partitions (2) for the batching query's stage, and 2 more for the retry query.
+    assert slots_needed(4, realtime) == 6
+    assert slots_needed(4, realtime, retries=True) == 8
+    assert slots_needed(4, micro) == 3
+
+
+def test_only_a_local_master_of_a_real_time_matching_query_is_raised(base_settings: Settings) -> None:
+    # None of these asks Kafka how many partitions there are.
+    for unchanged in (base_settings, _engine(base_settings, "micro_batch"),
+                      _engine(base_settings, "realtime", "spark://127.0.0.1:7077")):
+        assert with_enough_slots(unchanged) is unchanged
+
+
+@pytest.mark.integration
+def test_a_local_master_is_raised_to_the_slots_the_topics_need(settings: Settings, unique: str) -> None:
+    name = f"mjs{unique}"
+    on_topics = _engine(settings, "realtime").model_copy(update={"kafka": settings.kafka.model_copy(update={
+        "event_topic_prefix": f"events.{name}.", "alert_topic_prefix": f"alerts.{name}."})})
+    assert source_partitions(on_topics) == on_topics.kafka.topic_partitions  # no topic yet
+    ensure_topics(settings.kafka_bootstrap(), [f"events.{name}.a", f"alerts.{name}.b"], 3)
+    ensure_topics(settings.kafka_bootstrap(), [f"events.{name}x.other"], 5)  # another prefix: not read
+    assert source_partitions(on_topics) == 6
+    assert with_enough_slots(on_topics).spark.master == "local[8]"
+    assert with_enough_slots(on_topics, retries=True).spark.master == "local[10]"
+
+
+@pytest.mark.integration
+def test_a_real_time_query_that_would_take_every_slot_is_refused(spark, settings: Settings, unique: str) -> None:
+    name = f"mjr{unique}"
+    on_topics = _engine(settings, "realtime").model_copy(update={"kafka": settings.kafka.model_copy(update={
+        "event_topic_prefix": f"events.{name}.", "alert_topic_prefix": f"alerts.{name}."})})
+    ensure_topics(settings.kafka_bootstrap(), [f"events.{name}.a"], 1)
+    check_slots(spark, on_topics)  # the test session's local[2]: one slot for it, one left
+    ensure_topics(settings.kafka_bootstrap(), [f"events.{name}.b"], 1)
+    with pytest.raises(ConfigError, match=r"reads 2 Kafka partitions .* Spark has 2: set spark.master to local\[4\]"):
+        check_slots(spark, on_topics)
+    check_slots(spark, _engine(on_topics, "micro_batch"))  # micro-batches take turns for slots
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+@pytest.mark.parametrize("trigger", ["micro_batch", "realtime"])
+def test_the_matching_query_writes_every_request_and_follows_the_registry(
+    spark, api_settings: Settings, database, unique: str, trigger: str, tmp_path: Path,
+) -> None:
+    name = f"mj{unique}"
+    settings = _settings(api_settings, trigger, name)
+    bootstrap = settings.kafka_bootstrap()
+    topic = f"events.{name}.orders"
+    # One partition: a real-time query holds a task slot per source partition, and the
+    # test session's Spark has two, shared with the batching query.
+    ensure_topics(bootstrap, [topic], 1)
+    event_type, tenant = f"{name}.order", f"{name}-t"
+    endpoints = EndpointService.from_settings(settings)
+    ids = subscribe_single_and_batched(database, endpoints, RECEIVER, event_type, tenant, BATCH)
+    with database.transaction() as s:
+        single = subscription.get(s, ADMIN, ids["single"])
+        batched = subscription.get(s, ADMIN, ids["batched"])
+    events = [_event(name, n, event_type, tenant) for n in range(6)]
+    unwanted = _event(name, 99, f"{name}.nobody", tenant)
+    _produce(bootstrap, topic, [*map(orjson.dumps, events), orjson.dumps(unwanted), b"not json"])
+    version = database.current_version()
+
+    checkpoint = tmp_path / "checkpoint"
+    job = _start(spark, settings, database, checkpoint)
+    try:
+        # Act 1: the exact records.
+        wait_for(lambda: len(read_records(bootstrap, settings.delivery.work_topic)) >= len(events), "the requests")
+        requests = read_records(bootstrap, settings.delivery.work_topic)
+        assert sorted((m.key(), m.value(), _headers(m)[work.SUBSCRIPTION], _headers(m)[work.EVENT])
+                      for m in requests) == _expected_requests(spark, settings, database, topic)
+        assert {m.key() for m in requests} == {single.endpoint_id.encode()}
+        assert [orjson.loads(m.value()) for m in sorted(requests, key=lambda m: _headers(m)[work.EVENT])] == sorted(
+            events, key=lambda e: e["id"])
+        assert [_headers(m) for m in requests] == [{
+            work.KIND: "single", work.SUBSCRIPTION: single.id, work.ENDPOINT: single.endpoint_id,
+            work.EVENT: _headers(m)[work.EVENT], work.SOURCE: topic, work.VERSION: str(version),
+        } for m in requests]
+        assert [list(_headers(m)) for m in requests] == [list(work.HEADERS)] * len(requests)
+
+        wait_for(lambda: len(read_records(bootstrap, settings.delivery.batch_topic)) >= len(events), "the bundles")
+        bundles = read_records(bootstrap, settings.delivery.batch_topic)
+        assert {m.key() for m in bundles} == {f"{batched.id}:0".encode()}
+        assert sorted((orjson.loads(m.value()) for m in bundles), key=lambda b: b["event_ids"]) == [{
+            "subscription_id": batched.id, "endpoint_id": batched.endpoint_id, "max_count": BATCH,
+            "max_wait_ms": 500, "shard": 0, "event_ids": [e["id"]], "bodies": [orjson.dumps(e).decode()],
+            "run": f"matching/{topic}/0", "batch_id": offset,
+        } for offset, e in enumerate(events)]
+
+        # The batching query beside it batches them (4 at once, the other 2 after max_wait) and
+        # sends; nothing listens on the receiver's port, so the batches wait in the retry store.
+        def batches() -> list[list[str]]:
+            with database.transaction() as s:
+                return sorted(entry.event_ids for entry in s.scalars(
+                    select(RetryEntry).where(RetryEntry.subscription_id == batched.id, RetryEntry.kind == "batch")))
+
+        wait_for(lambda: sum(map(len, batches())) >= len(events), "the batches")
+        assert batches() == [[e["id"] for e in events[:BATCH]], [e["id"] for e in events[BATCH:]]]
+
+        def quarantined() -> list[Message]:
+            return [m for m in read_records(bootstrap, settings.kafka.quarantine_topic)
+                    if dict(m.headers() or []).get(SOURCE_TOPIC_HEADER) == topic.encode()]
+
+        wait_for(lambda: quarantined(), "the quarantine copy")
+        [copy] = quarantined()
+        assert copy.value() == b"not json"
+        assert _headers(copy)[REASON_HEADER] == "not_json" and _headers(copy)[SOURCE_OFFSET_HEADER] == "7"
+
+        def audited(kind: str) -> list[dict]:
+            return [orjson.loads(m.value())["data"] for m in read_records(bootstrap,
+                                                                          getattr(settings.audit, f"{kind}_topic"))
+                    if m.key().decode().startswith((topic, *ids.values()))]
+
+        pairs = [f"{sub}/{e['id']}" for sub in ids.values() for e in events]
+        wait_for(lambda: len(audited("consumed")) >= len(pairs) + 2, "the consumed records")
+        assert Counter(c["record"] for c in audited("consumed")) == Counter([*pairs, f"{topic}/0/6", f"{topic}/0/7"])
+        assert sorted((o["record"], o["outcome"], o["topic"]) for o in audited("outcomes")) == [
+            (f"{topic}/0/6", "filtered", topic), (f"{topic}/0/7", "quarantined", topic)]
+        # Filtered events write nothing; the query's observed metrics count them.
+        counted = Counter()
+        for progress in job.matching.query.recentProgress:
+            observed = progress.observedMetrics.get(OBSERVED)
+            counted.update(observed.asDict() if observed is not None else {})
+        if trigger == "micro_batch":  # a real-time batch reports at its end, a checkpoint interval later
+            assert (counted["events"], counted["filtered"], counted["quarantined"]) == (7, 1, 1)
+
+        # Act 2: a new subscription restarts the query, which routes to it; a disabled one gets nothing more.
+        with database.transaction() as s:
+            added_endpoint = endpoints.create(s, ADMIN, EndpointIn(
+                url=f"{RECEIVER}/added", customer_id=endpoints.get(s, ADMIN, single.endpoint_id).customer_id,
+                secret=None))
+            added = subscription.create(s, ADMIN, subscription.SubscriptionIn(
+                endpoint_id=added_endpoint.id, event_types=[event_type]))
+            subscription.update(s, ADMIN, single.id, subscription.SubscriptionPatch(enabled=False))
+        changed = database.current_version()
+        wait_for(lambda: job.registry_version == changed and job.matching.query.isActive, "the restart", 180)
+        assert job.exception() is None, job.exception()
+        later = [_event(name, n, event_type, tenant) for n in range(10, 13)]
+        _produce(bootstrap, topic, list(map(orjson.dumps, later)))
+
+        def to_added() -> list[Message]:
+            return [m for m in read_records(bootstrap, settings.delivery.work_topic) if m.key() == added_endpoint.id.encode()]
+
+        wait_for(lambda: len(to_added()) >= len(later), "the added subscription's requests", 180)
+        assert sorted(_headers(m)[work.EVENT] for m in to_added()) == [e["id"] for e in later]
+        assert {(_headers(m)[work.SUBSCRIPTION], _headers(m)[work.VERSION]) for m in to_added()} == {
+            (added.id, str(changed))}
+        assert not [m for m in read_records(bootstrap, settings.delivery.work_topic)
+                    if m.key() == single.endpoint_id.encode() and _headers(m)[work.EVENT] in {e["id"] for e in later}]
+    finally:
+        job.stop()
+    assert job.exception() is None, job.exception()
+
+    # Act 3: events produced while it is stopped are routed by the job started on its checkpoint.
+    meanwhile = [_event(name, n, event_type, tenant) for n in range(20, 24)]
+    _produce(bootstrap, topic, list(map(orjson.dumps, meanwhile)))
+    job = _start(spark, settings, database, checkpoint)
+    try:
+        wanted = {e["id"] for e in [*later, *meanwhile]}
+
+        def routed() -> list[Message]:
+            return [m for m in read_records(bootstrap, settings.delivery.work_topic) if m.key() == added_endpoint.id.encode()]
+
+        wait_for(lambda: {_headers(m)[work.EVENT] for m in routed()} >= wanted, "the requests after the restart", 180)
+        # Nothing lost; a copy routed again after the restart carries the same headers.
+        assert {_headers(m)[work.EVENT] for m in routed()} == wanted
+        by_event: dict[str, set] = {}
+        for m in routed():
+            by_event.setdefault(_headers(m)[work.EVENT], set()).add((m.value(), tuple(sorted(_headers(m).items()))))
+        assert all(len(copies) == 1 for copies in by_event.values())
+    finally:
+        job.stop()
+    assert job.exception() is None, job.exception()
