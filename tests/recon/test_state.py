@@ -203,6 +203,19 @@ def test_settled_pairs_count_as_record_by_record_and_later_records_of_their_ids_
     assert _compare(batches, restore=True) > 0
 
 
+def test_an_id_held_on_one_side_settles_with_its_other_side_unless_the_rules_say_otherwise() -> None:
+    batches = [
+        ([exp("a", 1), act("b", 2), act("c", 3), exp("d", 4), exp("e", 5)], 0),
+        ([beat(16)], 0),  # e is reported missing: its actual will find it, record by record
+        ([act("a", 17), exp("b", 18), act("e", 19)], 0),  # a and b settle with their held other side
+        ([exp("c", 70), act("d", 70)], 0),  # more than m from the held ones: both sides held, unmatched
+        ([act("c", 71), exp("d", 71)], 0),  # so these are duplicates, not matches
+        ([beat(400)], 0),
+    ]
+    assert _compare(batches) > 0
+    assert _compare(batches, restore=True) > 0
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.tuples(st.lists(RECORDS, max_size=14), st.integers(0, 3)), max_size=10),
        st.sampled_from([PERIODS, Periods(o=30 * S, n=5 * S, m=5 * S, z=10 * S), Periods(o=60 * S, n=1, m=120 * S, z=S)]),

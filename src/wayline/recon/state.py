@@ -220,9 +220,12 @@ class Bucket:
         """Settles the micro-batch's pairs column-wise; returns the other records, in order, as lists.
 
         A pair settles when its id has exactly one expected and one actual record in the
-        batch, neither too late, at most ``m`` apart, and nothing of the id is held: the
-        per-record rules would file both, count the expected, match them and count each
-        record late that is behind ``before`` — which is what is added here, per window.
+        batch, neither too late, at most ``m`` apart, and nothing of the id is held; or when
+        one side of the id is held, unmatched (an expected not yet reported missing), and
+        the batch has exactly the other side's one record, not too late, at most ``m`` from
+        it. The per-record rules would file the new records, count a new expected, match
+        the two and count each new record late that is behind ``before`` — which is what
+        is added here, per window.
         """
         m, o = self.periods.m, self.periods.o
         real = sides != "heartbeat"
@@ -234,16 +237,34 @@ class Bucket:
         self._unsettle(unique_ids)
         is_exp, is_act = sides == "expected", sides == "actual"
         k = len(uniques)
-        pair = (np.bincount(codes[is_exp], minlength=k) == 1) & (np.bincount(codes[is_act], minlength=k) == 1)
+        n_exp, n_act = np.bincount(codes[is_exp], minlength=k), np.bincount(codes[is_act], minlength=k)
         t_exp, t_act = np.zeros(k, dtype=np.int64), np.zeros(k, dtype=np.int64)
         t_exp[codes[is_exp]] = times[is_exp]
         t_act[codes[is_act]] = times[is_act]
-        pair &= np.abs(t_exp - t_act) <= m
+        one_exp, one_act = n_exp == 1, n_act == 1
         if before is not None:
-            pair &= (t_exp + m > before) & (t_act + m > before)
+            one_exp &= t_exp + m > before
+            one_act &= t_act + m > before
+        held = np.zeros(k, dtype=bool)
         if self.expected or self.actual:
-            held = pa.array([*self.expected, *self.actual], type=pa.string())
-            pair &= ~pc.is_in(unique_ids, value_set=held).to_numpy(zero_copy_only=False)
+            held = pc.is_in(unique_ids, value_set=pa.array([*self.expected, *self.actual], type=pa.string())
+                            ).to_numpy(zero_copy_only=False)
+        pair = ~held & one_exp & one_act & (np.abs(t_exp - t_act) <= m)
+        moved: tuple[list, list] = ([], [])  # held entries that settle now: (id, entry) per side
+        for code in np.flatnonzero(held & (n_exp + n_act == 1) & (one_exp | one_act)):
+            id_ = uniques[code]
+            if one_act[code]:
+                entry = self.expected.get(id_)
+                if (entry is not None and entry[2] == PENDING and id_ not in self.actual
+                        and abs(entry[0] - t_act[code]) <= m):
+                    moved[0].append((id_, entry))
+                    pair[code] = True
+            else:
+                entry = self.actual.get(id_)
+                if (entry is not None and not entry[2] and id_ not in self.expected
+                        and abs(entry[0] - t_exp[code]) <= m):
+                    moved[1].append((id_, entry))
+                    pair[code] = True
         settled = np.zeros(len(ids), dtype=bool)
         settled[real] = pair[codes[real]]
         if not settled.any():
@@ -255,17 +276,29 @@ class Bucket:
             counts = step.counts[key]
             counts.expected += count
             counts.matched += count
+        for _, entry in moved[0]:  # counted as expected when it came
+            step.counts[(entry[1], window_start(entry[0], o))].matched += 1
         if before is not None:
             late = settled & (times < before)
             for key, count in _tally(sources[late], windows[late]):
                 step.counts[key].late += count
         for side, on_side in enumerate((on_exp, settled & is_act)):
             self._file_settled(side, ids[on_side], times[on_side], sources[on_side])
+            if moved[side]:
+                for id_, _ in moved[side]:
+                    self._unfile(side, id_)
+                self._file_settled(side, np.array([id_ for id_, _ in moved[side]], dtype=object),
+                                   np.array([entry[0] for _, entry in moved[side]], dtype=np.int64),
+                                   np.array([entry[1] for _, entry in moved[side]], dtype=object))
         rest = ~settled
         return sides[rest].tolist(), ids[rest].tolist(), sources[rest].tolist(), times[rest].tolist()
 
     def _file_settled(self, side: int, ids: np.ndarray, times: np.ndarray, sources: np.ndarray) -> None:
-        """Appends settled records (in time order) to their chunks' columns."""
+        """Appends settled records to their chunks' columns."""
+        if not len(ids):
+            return
+        order = np.argsort(times, kind="stable")
+        ids, times, sources = ids[order], times[order], sources[order]
         numbers = times // CHUNK_MS
         starts = np.flatnonzero(np.r_[True, numbers[1:] != numbers[:-1]])
         held = self._settled[side]
@@ -300,6 +333,13 @@ class Bucket:
                 for row in records.filter(pa.array(mine)).to_pylist():
                     self._file(side, row["id"], [row["time"], row["source"], status])
                 self._keep_settled(side, number, ~mine)
+
+    def _unfile(self, side: int, id_: str) -> None:
+        """Drops an id's per-id entry of one side (its heap items go stale and are skipped)."""
+        entry = (self.expected if side == 0 else self.actual).pop(id_)
+        number = entry[0] // CHUNK_MS
+        del self._chunks[number][side][id_]
+        self._changed.add(number)
 
     def _keep_settled(self, side: int, number: int, keep: np.ndarray) -> None:
         held = self._settled[side]
