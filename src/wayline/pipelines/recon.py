@@ -10,8 +10,9 @@ The query::
          row-by-row input path of the stateful operator
       -> ONE shuffle by (reconciliation, bucket)
       -> transformWithStateInPandas (processing-time mode) -> ReconProcessor: one
-         ``wayline.recon.state.Bucket`` per key, live in its Python worker, stored by chunk
-         of event time (only the chunks a micro-batch changed are written)
+         ``wayline.recon.state.Bucket`` per key, live in its Python worker (the pairs that
+         settle within a micro-batch filed column-wise), stored by chunk of event time
+         (only the chunks a micro-batch changed are written)
       -> foreachBatch: ONE Spark job collects the changes; the driver writes the missing,
          found and metrics events (confluent-kafka) and applies the changes to PostgreSQL,
          guarded by the micro-batch id (``wayline.recon.store``).
@@ -208,8 +209,8 @@ class ReconProcessor(StatefulProcessor):
         frame = packing.unpacked(rows)
         # The reconciler takes records in (time, side, id) order: sorted here, column-wise.
         frame = frame.assign(order=frame["side"].map(SIDE_ORDER)).sort_values(["time", "order", "id"])
-        yield self._step((key[0], int(key[1])), (frame["side"].tolist(), frame["id"].tolist(),
-                                                 frame["source"].tolist(), frame["time"].tolist()),
+        yield self._step((key[0], int(key[1])), (frame["side"].to_numpy(), frame["id"].to_numpy(),
+                                                 frame["source"].to_numpy(), frame["time"].to_numpy()),
                          timerValues.getCurrentProcessingTimeInMs())
 
     def handleExpiredTimer(self, key: Any, timerValues: Any, expiredTimerInfo: Any) -> Iterator[pd.DataFrame]:
@@ -229,7 +230,7 @@ class ReconProcessor(StatefulProcessor):
             return Bucket(periods)
         return Bucket.restore(periods, meta[1], meta[2], (pickle.loads(value[0]) for value in self._chunks.values()))
 
-    def _step(self, group: tuple[str, int], columns: tuple[list, list, list, list], now: int,
+    def _step(self, group: tuple[str, int], columns: tuple[Sequence, Sequence, Sequence, Sequence], now: int,
               fired: bool = False) -> pd.DataFrame:
         recon_id = group[0]
         meta = self._meta.get()
