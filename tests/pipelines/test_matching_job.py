@@ -114,7 +114,7 @@ def test_a_real_time_query_needs_a_slot_per_partition_besides_the_other_queries(
     realtime, micro = _engine(base_settings, "realtime"), _engine(base_settings, "micro_batch")
     # shuffle_partitions (2) for the batching query's stage, and 2 more for the retry query.
     assert slots_needed(4, realtime) == 6
-    assert slots_needed(4, realtime, retries=True) == 8
+    assert slots_needed(4, realtime, beside=1) == 8
     assert slots_needed(4, micro) == 3
 
 
@@ -135,7 +135,7 @@ def test_a_local_master_is_raised_to_the_slots_the_topics_need(settings: Setting
     ensure_topics(settings.kafka_bootstrap(), [f"events.{name}x.other"], 5)  # another prefix: not read
     assert source_partitions(on_topics) == 6
     assert with_enough_slots(on_topics).spark.master == "local[8]"
-    assert with_enough_slots(on_topics, retries=True).spark.master == "local[10]"
+    assert with_enough_slots(on_topics, beside=1).spark.master == "local[10]"
 
 
 @pytest.mark.integration

@@ -3,10 +3,12 @@ and the pipelines."""
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -158,25 +160,42 @@ def _watch_delivery(settings: Settings, receiver: Receiver | None = None,
     ``receiver``, the view shows what each of its endpoints got. With ``retries``, the retry
     query runs beside it in the same Spark session (counted in the same metrics); with
     ``self_audit``, the recon job too (every enabled reconciliation, the delivery self-audit
-    among them: `wayline status` shows its completeness).
+    among them: `wayline status` shows its completeness). With ``delivery.engine =
+    "senders"`` the job is the matching query, and ``delivery.sender_processes`` sender
+    processes send what it routes.
     ``on_running`` is called once the queries run, before the view starts."""
-    from wayline.cli.views import delivery_view
+    from wayline.cli.views import delivery_view, senders_view
     from wayline.delivery.metrics import DeliveryMetrics
 
+    senders = settings.delivery.engine == "senders"
+    if senders:
+        from wayline.pipelines.matching_job import with_enough_slots
+
+        settings = with_enough_slots(settings, beside=int(retries) + int(self_audit))
     metrics = DeliveryMetrics()
     progress = QueryProgress()
     with (compose.metrics_served(Collectors(metrics, progress), settings.delivery.metrics_host,
                                  settings.delivery.metrics_port, "WAYLINE_DELIVERY__METRICS_PORT") as server,
           job_log(job_log_file(settings, "delivery")),
-          compose.wired(settings, console.status("starting Spark…")) as wiring):
-        job = compose.delivery_job(wiring, metrics)
+          compose.wired(settings, console.status("starting Spark…")) as wiring,
+          ExitStack() as sending):
+        job = compose.matching_job(wiring, metrics) if senders else compose.delivery_job(wiring, metrics)
+        if senders:
+            from wayline.pipelines.senders import running_senders
+
+            pids = sending.enter_context(running_senders(settings))
+            console.print(f"sender processes {', '.join(map(str, pids))} send from {settings.delivery.work_topic}")
         progress.watch(lambda: job.queries)
         console.print(f"delivering; metrics at {server.where}; Ctrl-C stops")
 
         def view() -> RenderableType:
-            progress = job.matching.lastProgress or {}
-            return delivery_view(metrics.overview(), float(progress.get("inputRowsPerSecond") or 0),
-                                 receiver.stats() if receiver else {})
+            running = job.queries
+            progress = (running[0].lastProgress if running else None) or {}
+            input_rate = float(progress.get("inputRowsPerSecond") or 0)
+            stats = receiver.stats() if receiver else {}
+            if senders:
+                return senders_view(progress, input_rate, stats)
+            return delivery_view(metrics.overview(), input_rate, stats)
 
         retry_query = compose.retry_query(wiring, metrics) if retries else None
         recon = compose.recon_job(wiring) if self_audit else None
@@ -370,10 +389,13 @@ def demo(
     from wayline.stack.receiver import Receiver, ReceiverServer
     from wayline.stack.seed import seed
 
-    base = Settings()
-    # The demo's endpoints live on this machine, which endpoint URLs may not name unless allowed.
-    settings = base.model_copy(update={"registry": base.registry.model_copy(
-        update={"url_allow_list": [*base.registry.url_allow_list, "127.0.0.1/32"]})})
+    # The demo's endpoints live on this machine, which endpoint URLs may not name unless
+    # allowed; and it delivers with sender processes (issue 13's engine). Both through the
+    # environment, which the sender processes read their settings from too.
+    allowed = [*Settings().registry.url_allow_list, "127.0.0.1/32"]
+    os.environ["WAYLINE_REGISTRY__URL_ALLOW_LIST"] = json.dumps(allowed)
+    os.environ.setdefault("WAYLINE_DELIVERY__ENGINE", "senders")
+    settings = Settings()
     state = _start_stack(settings)
     console.print(f"Kafka at {state.kafka_bootstrap}, PostgreSQL at {state.postgres_dsn}")
     ensure_topics(state.kafka_bootstrap, loadgen.topics(settings.kafka.event_topic_prefix), settings.kafka.topic_partitions)

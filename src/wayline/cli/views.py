@@ -69,6 +69,23 @@ def delivery_view(seen: Overview, input_rate: float, endpoints: dict[str, dict[s
     return Group(summary, received_table(endpoints))
 
 
+def senders_view(progress: dict[str, Any], input_rate: float, endpoints: dict[str, dict[str, Any]]) -> Group:
+    """With ``delivery.engine = "senders"``: the matching query's last batch beside what each
+    endpoint of the local receiver got (the sender processes count on their own /metrics)."""
+    from wayline.pipelines.matching_job import OBSERVED
+
+    observed = (progress.get("observedMetrics") or {}).get(OBSERVED)
+    seen = observed.asDict() if observed is not None else {}  # a pyspark Row
+    summary = Table.grid(padding=(0, 2))
+    summary.add_row(
+        f"input {input_rate:,.0f}/s",
+        f"last matching batch: [bold]{int(seen.get('events') or 0):,}[/] events",
+        f"{int(seen.get('filtered') or 0):,} matched no one",
+        f"[red]{int(seen.get('quarantined') or 0):,}[/] quarantined",
+    )
+    return Group(summary, received_table(endpoints))
+
+
 def received_table(endpoints: dict[str, dict[str, Any]]) -> Table:
     """What each path of a local receiver got (its ``stats()``)."""
     table = Table(title="What the endpoints received (signatures checked with standardwebhooks)")
@@ -80,4 +97,4 @@ def received_table(endpoints: dict[str, dict[str, Any]]) -> Table:
     return table
 
 
-__all__ = ["delivery_view", "inspect_view", "received_table", "stack_table"]
+__all__ = ["delivery_view", "inspect_view", "received_table", "senders_view", "stack_table"]

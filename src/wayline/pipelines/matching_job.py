@@ -65,13 +65,13 @@ OBSERVED = "wayline-matching"
 """The name of the matching query's observed metrics in its progress."""
 
 
-def slots_needed(source_partitions: int, settings: Settings, *, retries: bool = False) -> int:
+def slots_needed(source_partitions: int, settings: Settings, *, beside: int = 0) -> int:
     """Task slots the senders engine's queries need at once: the real-time matching
     query's one per source partition (one in all with micro-batches, which take turns),
-    and one stage's tasks each for the batching query and, when it shares the Spark
-    application, the retry query."""
+    and one stage's tasks each for the batching query and for the ``beside`` other
+    queries sharing the Spark application (the retry query, the recon job)."""
     matching = source_partitions if settings.delivery.matching_trigger == "realtime" else 1
-    return matching + settings.spark.shuffle_partitions * (2 if retries else 1)
+    return matching + settings.spark.shuffle_partitions * (1 + beside)
 
 
 def source_partitions(settings: Settings) -> int:
@@ -88,7 +88,7 @@ def source_partitions(settings: Settings) -> int:
     return found or settings.kafka.topic_partitions
 
 
-def with_enough_slots(settings: Settings, *, retries: bool = False) -> Settings:
+def with_enough_slots(settings: Settings, *, beside: int = 0) -> Settings:
     """``settings`` with a local Spark master (``local[N]``) raised to :func:`slots_needed`
     when the matching query runs under the real-time trigger: give these to the
     SparkSession of ``wayline run delivery`` with ``delivery.engine = "senders"``. A
@@ -96,7 +96,7 @@ def with_enough_slots(settings: Settings, *, retries: bool = False) -> Settings:
     local = re.fullmatch(r"local\[(\d+)\]", settings.spark.master)
     if settings.delivery.engine != "senders" or settings.delivery.matching_trigger != "realtime" or local is None:
         return settings
-    slots = max(int(local[1]), slots_needed(source_partitions(settings), settings, retries=retries))
+    slots = max(int(local[1]), slots_needed(source_partitions(settings), settings, beside=beside))
     return settings.model_copy(update={"spark": settings.spark.model_copy(update={"master": f"local[{slots}]"})})
 
 
