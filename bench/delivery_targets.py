@@ -42,7 +42,11 @@ import json
 import math
 import multiprocessing
 import os
+import shutil
+import signal
 import statistics
+import subprocess
+import sys
 import threading
 import time
 import urllib.parse
@@ -73,7 +77,7 @@ from wayline.stack.seed import seed
 from wayline.stack.spark import spark_session
 
 RESULTS = Path(__file__).resolve().parent / "results"
-SYSTEMS = ("plain", "floor", "job")
+SYSTEMS = ("plain", "floor", "job", "senders")
 SCENARIOS = ("steady", "backlog", "batch", "spike")
 # Give up when nothing new arrived for this long; the first arrival may take longer (a
 # job's first micro-batch starts its Python workers and loads the registry).
@@ -151,11 +155,12 @@ def weighted_quantile(ordered: list[tuple[float, int]], q: float) -> float | Non
 
 class MemorySampler:
     """Peak resident memory, sampled every ``SAMPLE_S``: the Spark JVM (this process's
-    SparkSubmit child), its Python workers together, and the plain sender's process."""
+    SparkSubmit child), its Python workers together, and a system's own process with its
+    descendants (the plain sender; `wayline run delivery` with its JVM and sender processes)."""
 
-    def __init__(self, plain_pid: int | None = None) -> None:
-        self._plain_pid = plain_pid
-        self.peaks_mb = {"jvm": 0.0, "python_workers": 0.0, "plain": 0.0}
+    def __init__(self, pid: int | None = None) -> None:
+        self._pid = pid
+        self.peaks_mb = {"jvm": 0.0, "python_workers": 0.0, "process": 0.0}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="memory-sampler", daemon=True)
 
@@ -174,8 +179,13 @@ class MemorySampler:
             workers = [p for p in _descendants(processes, jvms) if b"python" in processes[p][2]]
             now = {"jvm": sum(processes[p][1] for p in jvms),
                    "python_workers": sum(processes[p][1] for p in workers),
-                   "plain": processes.get(self._plain_pid or -1, (0, 0.0, b""))[1]}
+                   "process": sum(processes[p][1] for p in self._tree(processes))}
             self.peaks_mb = {k: max(v, now[k]) for k, v in self.peaks_mb.items()}
+
+    def _tree(self, processes: dict[int, tuple[int, float, bytes]]) -> list[int]:
+        if self._pid is None or self._pid not in processes:
+            return []
+        return [self._pid, *_descendants(processes, [self._pid])]
 
 
 def _processes() -> dict[int, tuple[int, float, bytes]]:
@@ -355,8 +365,46 @@ def start_job(bench: Bench, prefix: str, tag: str, mode: Mode) -> Running:
     return Running(ReceiverArrivals(bench.receiver_url, f"/{tag}/"), alive, job.stop)
 
 
+def start_senders(bench: Bench, prefix: str, tag: str, mode: Mode) -> Running:
+    """``wayline run delivery`` with ``delivery.engine = "senders"``, as an operator starts
+    it: its own Spark (the real-time matching query takes a slot per source partition),
+    its sender processes, on this bench's stack and topics."""
+    settings = bench.settings_for(prefix, tag, mode)
+    endpoints = EndpointService.from_settings(settings)
+    bench.trust(seed(bench.database, endpoints, bench.receiver_url, shape(mode, tag)).secrets)
+    shutil.rmtree(settings.checkpoint_root / "delivery", ignore_errors=True)  # the last measurement's topics
+    delivery = settings.delivery
+    env = {
+        **os.environ, "WAYLINE_STATE_DIR": str(settings.state_dir), "WAYLINE_DELIVERY__ENGINE": "senders",
+        "WAYLINE_REGISTRY__URL_ALLOW_LIST": json.dumps(settings.registry.url_allow_list),
+        "WAYLINE_KAFKA__EVENT_TOPIC_PREFIX": prefix, "WAYLINE_DELIVERY__BATCH_TOPIC": delivery.batch_topic,
+        "WAYLINE_DELIVERY__WORK_TOPIC": f"wayline.bench.{tag}.work", "WAYLINE_DELIVERY__SENDER_GROUP": tag,
+        "WAYLINE_DELIVERY__METRICS_PORT": "0", "WAYLINE_DELIVERY__MAX_OFFSETS_PER_TRIGGER": str(delivery.max_offsets_per_trigger),
+        "WAYLINE_DELIVERY__STAGE_DEADLINE_S": str(delivery.stage_deadline_s),
+        # No retry path runs here: an endpoint cut as a straggler would wait for one.
+        "WAYLINE_DELIVERY__STRAGGLER_CUT_S": str(delivery.stage_deadline_s),
+    }
+    process = subprocess.Popen([sys.executable, "-m", "wayline.cli.main", "run", "delivery"], env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def stop() -> None:
+        process.send_signal(signal.SIGINT)
+        try:
+            process.wait(90)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+    def alive() -> bool:
+        if process.poll() not in (None, 0):
+            raise RuntimeError(f"wayline run delivery exited with {process.returncode}")
+        return process.poll() is None
+
+    return Running(ReceiverArrivals(bench.receiver_url, f"/{tag}/"), alive, stop, process.pid)
+
+
 STARTERS: dict[str, Callable[[Bench, str, str, Mode], Running]] = {
-    "plain": start_plain, "floor": start_floor, "job": start_job}
+    "plain": start_plain, "floor": start_floor, "job": start_job, "senders": start_senders}
 
 
 @contextmanager
@@ -373,7 +421,7 @@ def memory_figures(system: str, peaks_mb: dict[str, float]) -> dict[str, float]:
     """The peaks that belong to ``system``: the idle JVM is not the plain sender's, and the
     floor starts no Python workers (those seen are the job's, idle). The JVM is one session
     through every measurement, so its peak includes what earlier ones left on its heap."""
-    mine = {"plain": ("plain",), "floor": ("jvm",), "job": ("jvm", "python_workers")}[system]
+    mine = {"plain": ("process",), "floor": ("jvm",), "job": ("jvm", "python_workers"), "senders": ("process",)}[system]
     return {f"peak_{k}_mb": peaks_mb[k] for k in mine}
 
 
@@ -500,7 +548,7 @@ def one_round(bench: Bench, run: int, scenario: str) -> list[dict[str, Any]]:
 # --- Report ---------------------------------------------------------------------------------
 
 FIGURES = ("achieved_rate", "latency_p50_s", "latency_p99_s", "events_per_s", "wall_s", "p99_before_s",
-           "p99_during_s", "p99_after_s", "catch_up_s", "peak_jvm_mb", "peak_python_workers_mb", "peak_plain_mb")
+           "p99_during_s", "p99_after_s", "catch_up_s", "peak_jvm_mb", "peak_python_workers_mb", "peak_process_mb")
 
 
 def table(results: list[dict[str, Any]]) -> str:

@@ -1,8 +1,9 @@
 """A hard crash of the delivery job mid-stream, and its restart from the checkpoints.
 
 `wayline run delivery` runs as its own process group (driver, Spark JVM, Python
-workers) while events are produced; it is killed with SIGKILL once deliveries are
-flowing, then started again on the same checkpoints. Afterwards every matched event must
+workers; with ``delivery.engine = "senders"``, the sender processes) while events are
+produced; it is killed with SIGKILL once deliveries are flowing, then started again on the
+same checkpoints. Both engines go through the same scenario, on topics of their own. Afterwards every matched event must
 have reached the receiver or be waiting in the retry store, and no request may have
 reached the receiver after its webhook-id's success was logged: the delivery log is
 written once, by the first stage that saw a 2xx, so any arrival later than that entry
@@ -12,6 +13,7 @@ would be a resend of an acknowledged delivery.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -41,9 +43,7 @@ from wayline.registry.endpoint import EndpointIn, EndpointService
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-PREFIX = "events.crash."
-TOPICS = (f"{PREFIX}a", f"{PREFIX}b")
-EVENT_TYPE = "crash.happened"
+ENGINES = ("micro_batch", "senders")
 EVENTS = 3000
 RATE = 100  # events/s: the stream is still running when the job is killed
 BATCH = 20
@@ -75,14 +75,23 @@ class Arrivals:
             return len(self.events[path])
 
 
-def job_environment(settings: Settings) -> dict[str, str]:
+def prefix(engine: str) -> str:
+    return f"events.crash{engine.replace('_', '')}."
+
+
+def job_environment(settings: Settings, engine: str = "micro_batch") -> dict[str, str]:
     return os.environ | {
         "WAYLINE_STATE_DIR": str(settings.state_dir),
         "WAYLINE_SPARK__JARS_DIR": str(REPO / "jars" / "spark"),
-        "WAYLINE_KAFKA__EVENT_TOPIC_PREFIX": PREFIX,
+        "WAYLINE_KAFKA__EVENT_TOPIC_PREFIX": prefix(engine),
         "WAYLINE_DELIVERY__METRICS_PORT": "0",
-        "WAYLINE_DELIVERY__BATCH_TOPIC": "wayline.crash.batching",
+        "WAYLINE_DELIVERY__ENGINE": engine,
+        "WAYLINE_DELIVERY__WORK_TOPIC": f"wayline.crash.{engine}.work",
+        "WAYLINE_DELIVERY__BATCH_TOPIC": f"wayline.crash.{engine}.batching",
         "WAYLINE_DELIVERY__STAGE_DEADLINE_S": "5",
+        # No retry path runs here: an endpoint cut as a straggler on a loaded machine would
+        # send nothing more until the end, and the kill would never come mid-stream.
+        "WAYLINE_DELIVERY__STRAGGLER_CUT_S": "5",
         # Micro-batches of a few seconds of the stream: however late the job starts on a
         # loaded machine, the kill comes while the stream is still being delivered.
         "WAYLINE_DELIVERY__MAX_OFFSETS_PER_TRIGGER": "200",
@@ -92,10 +101,10 @@ def job_environment(settings: Settings) -> dict[str, str]:
     }
 
 
-def start_job(settings: Settings, log: Path) -> subprocess.Popen[bytes]:
+def start_job(settings: Settings, log: Path, engine: str = "micro_batch") -> subprocess.Popen[bytes]:
     with log.open("ab") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "wayline.cli.main", "run", "delivery"], env=job_environment(settings),
+            [sys.executable, "-m", "wayline.cli.main", "run", "delivery"], env=job_environment(settings, engine),
             stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
         )
 
@@ -103,6 +112,29 @@ def start_job(settings: Settings, log: Path) -> subprocess.Popen[bytes]:
 def kill_hard(job: subprocess.Popen[bytes]) -> None:
     os.killpg(job.pid, signal.SIGKILL)
     job.wait(timeout=30)
+
+
+def group_alive(job: subprocess.Popen[bytes]) -> bool:
+    """Whether any process of ``job``'s process group is left."""
+    try:
+        os.killpg(job.pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def kill_driver(job: subprocess.Popen[bytes]) -> bool:
+    """SIGKILL to the job's driver alone; whether the rest of its group (the Spark JVM and
+    its workers, the sender processes) went by itself within a minute. What is left is
+    killed."""
+    job.kill()
+    job.wait(timeout=30)
+    try:
+        wait_for(lambda: not group_alive(job), "the killed driver's processes to go", 60)
+        return True
+    except AssertionError:
+        os.killpg(job.pid, signal.SIGKILL)
+        return False
 
 
 def subscribe_single_and_batched(database, endpoints: EndpointService, base: str, event_type: str, tenant: str,
@@ -124,40 +156,51 @@ def subscribe_single_and_batched(database, endpoints: EndpointService, base: str
     return ids
 
 
-@pytest.fixture(scope="module")
-def crashed_and_restarted(api_settings: Settings, database, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
+@pytest.fixture(scope="module", params=ENGINES)
+def crashed_and_restarted(request: pytest.FixtureRequest, api_settings: Settings, database,
+                          tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
+    engine: str = request.param
+    # Each engine starts from no checkpoint: the other's batching query read other topics.
+    shutil.rmtree(api_settings.checkpoint_root / "delivery", ignore_errors=True)
+    topics = (f"{prefix(engine)}a", f"{prefix(engine)}b")
+    event_type, tenant = f"crash.{engine}.happened", f"crash-{engine}"
     bootstrap = api_settings.kafka_bootstrap()
-    ensure_topics(bootstrap, TOPICS, 2)
+    ensure_topics(bootstrap, topics, 2)
     endpoints = EndpointService.from_settings(api_settings)
     arrivals = Arrivals()
     log = tmp_path_factory.mktemp("crash") / "job.log"
     with Receivers() as receivers:
         base = receivers.serve({"/single": arrivals.handle, "/batched": arrivals.handle})
-        ids = subscribe_single_and_batched(database, endpoints, base, EVENT_TYPE, "crash-t", BATCH)
-        event_ids = [f"crash-{n}" for n in range(EVENTS)]
+        ids = subscribe_single_and_batched(database, endpoints, base, event_type, tenant, BATCH)
+        event_ids = [f"crash-{engine}-{n}" for n in range(EVENTS)]
 
         def produce() -> None:
             producer = Producer({"bootstrap.servers": bootstrap})
             for n, event_id in enumerate(event_ids):
-                producer.produce(TOPICS[n % 2], orjson.dumps({
-                    "specversion": "1.0", "id": event_id, "source": "/crash", "type": EVENT_TYPE,
-                    "tenantid": "crash-t", "data": {"n": n}}))
+                producer.produce(topics[n % 2], orjson.dumps({
+                    "specversion": "1.0", "id": event_id, "source": "/crash", "type": event_type,
+                    "tenantid": tenant, "data": {"n": n}}))
                 producer.poll(0)
                 time.sleep(1 / RATE)
             assert producer.flush(30) == 0
 
         producer = threading.Thread(target=produce, name="crash-producer")
-        job = start_job(api_settings, log)
+        job = start_job(api_settings, log, engine)
         try:
+            # The stream starts once the job runs: a job that starts slowly on a loaded machine
+            # still meets a stream in progress (a real-time matching query reads no less than
+            # everything there is, so a backlog built meanwhile would all be delivered at once).
+            wait_for(lambda: b"delivering;" in log.read_bytes(), "the job to run", 180)
             producer.start()
             wait_for(lambda: arrivals.count("/single") > 200 and arrivals.count("/batched") > 2 * BATCH,
                      "the first deliveries", 180)
-            kill_hard(job)
+            # The driver alone: what it started must go with it (the sender processes watch it).
+            went_with_driver = kill_driver(job)
             # Requests the job sent before it died may still be queued at the receiver.
             wait_for(arrivals.quiet, "the receiver to take what the killed job sent", 60)
             killed_at = (arrivals.count("/single"), arrivals.count("/batched"))
             sent_before_kill = set(arrivals.at)
-            job = start_job(api_settings, log)
+            job = start_job(api_settings, log, engine)
             producer.join(timeout=60)
 
             def settled() -> bool:
@@ -173,12 +216,16 @@ def crashed_and_restarted(api_settings: Settings, database, tmp_path_factory: py
             logged = {row.webhook_id: row.delivered_at.timestamp() for row in s.scalars(select(DeliveryLogEntry))}
             waiting = list(s.scalars(select(RetryEntry).where(RetryEntry.subscription_id.in_(ids.values()))))
         yield {"arrivals": arrivals, "logged": logged, "waiting": waiting, "ids": ids, "event_ids": event_ids,
-               "killed_at": killed_at, "sent_before_kill": sent_before_kill}
+               "killed_at": killed_at, "sent_before_kill": sent_before_kill, "went_with_driver": went_with_driver}
 
 
 def test_the_job_was_killed_mid_stream(crashed_and_restarted: dict) -> None:
     single, batched = crashed_and_restarted["killed_at"]
     assert 0 < single < EVENTS and 0 < batched < EVENTS
+
+
+def test_nothing_outlives_the_killed_driver(crashed_and_restarted: dict) -> None:
+    assert crashed_and_restarted["went_with_driver"]
 
 
 def test_every_matched_event_is_delivered_or_waits_for_a_retry(crashed_and_restarted: dict) -> None:

@@ -269,7 +269,11 @@ def run_retries() -> None:
 
 @run_app.command("senders")
 @guarded
-def run_senders() -> None:
+def run_senders(
+    parent: Annotated[int | None, typer.Option(
+        help="stop, as on SIGTERM, once the process with this pid is no longer this one's parent "
+             "(`wayline run delivery` passes its own, so its senders never outlive it, even after kill -9)")] = None,
+) -> None:
     """Send what the matching query routed to the work topic (delivery.engine = "senders"): one sender process,
     until SIGINT or SIGTERM; metrics on /metrics (delivery.sender_metrics_port)."""
     import logging
@@ -283,6 +287,13 @@ def run_senders() -> None:
     for number in (signal.SIGINT, signal.SIGTERM):
         # The stage in progress finishes, is recorded and committed; then the process exits.
         signal.signal(number, lambda *_: stop.set())
+    if parent is not None:
+        def orphaned() -> None:
+            while not stop.wait(1.0):
+                if os.getppid() != parent:
+                    stop.set()
+
+        threading.Thread(target=orphaned, name="wayline-sender-parent", daemon=True).start()
     handler = logging.StreamHandler()
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.getLogger("wayline").addHandler(handler)

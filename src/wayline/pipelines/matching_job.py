@@ -122,6 +122,11 @@ def start_matching_query(spark: SparkSession, settings: Settings, live: LiveSnap
     realtime = delivery.matching_trigger == "realtime"
     source = read_kafka(spark, settings, delivered_topic_pattern(settings),
                         max_offsets_per_trigger=delivery.max_offsets_per_trigger, real_time=realtime)
+    if not realtime:
+        # One task per core, not one per Kafka partition (dozens with a topic per event
+        # type): a narrow coalesce, no shuffle. The real-time trigger refuses it: there each
+        # partition is a long-running task of its own (see `slots_needed`).
+        source = source.coalesce(spark.sparkContext.defaultParallelism)
     units = work_rows(source, live, settings).observe(
         OBSERVED,
         F.coalesce(F.sum("events"), F.lit(0)).alias("events"),

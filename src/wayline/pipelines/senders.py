@@ -339,7 +339,8 @@ def running_senders(settings: Settings) -> Iterator[list[int]]:
     processes: list[subprocess.Popen[bytes]] = []
     try:
         for _ in range(settings.delivery.sender_processes):
-            processes.append(subprocess.Popen(SENDER_COMMAND, stdout=sys.stderr.fileno()))
+            # Told our pid, a sender stops once it is orphaned: a job killed with -9 leaves none behind.
+            processes.append(subprocess.Popen([*SENDER_COMMAND, "--parent", str(os.getpid())], stdout=sys.stderr.fileno()))
         yield [process.pid for process in processes]
     finally:
         for process in processes:
