@@ -50,6 +50,7 @@ from wayline.pipelines.live_snapshot import LiveSnapshot, load_live_snapshot
 from wayline.pipelines.micro_batch import concise_failures
 from wayline.pipelines.registry_changes import DELIVERY_CALLER, GONE_REASON, disable_gone
 from wayline.pipelines.routing import micro_batch_work
+from wayline.pipelines.senders import ensure_work_topics
 from wayline.pipelines.sending import PartitionSender, send, task_settings
 from wayline.pipelines.source import delivered_topic_pattern, read_kafka
 from wayline.registry.db import Database
@@ -63,7 +64,7 @@ def ensure_delivery_topics(settings: Settings) -> None:
     bootstrap, partitions = settings.kafka_bootstrap(), settings.kafka.topic_partitions
     ensure_topics(bootstrap, [settings.delivery.batch_topic], partitions, BATCH_TOPIC_CONFIG)
     if settings.delivery.engine == "senders":
-        ensure_topics(bootstrap, [settings.delivery.work_topic], settings.delivery.work_partitions)
+        ensure_work_topics(settings)
     if settings.audit.enabled:
         ensure_topics(bootstrap, [settings.audit.consumed_topic, settings.audit.outcomes_topic], partitions)
 
