@@ -29,6 +29,10 @@ floor: its Kafka timestamp, stamped as it is produced, to the end of its micro-b
   spike, the first second whose p99 is back within 2x the p99 before it), and the peak
   resident memory of the Spark JVM, its Python workers and the plain sender.
 
+The events go to the load generator's 20 topics (one per domain) of
+``kafka.topic_partitions`` partitions each, or with ``--layout ingest`` to one topic with
+every type; ``--source-partitions`` sets the partitions per topic.
+
 Every scenario is run ``--runs`` times (systems in a rotating order); the table shows
 medians. Results: ``bench/results/delivery_targets-<time>.json`` and a markdown table.
 Run: .venv/bin/python bench/delivery_targets.py --scenarios steady --rates 1000 --runs 3
@@ -54,11 +58,13 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import datetime
 from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
 
-from confluent_kafka import Producer
+import orjson
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
 import plain_sender
 from delivery import receive, shape
@@ -221,13 +227,13 @@ def _descendants(processes: dict[int, tuple[int, float, bytes]], roots: list[int
 
 
 def produce_paced(bootstrap: str, prefix: str, run_id: str, segments: list[tuple[float, float]], out: Any,
-                  emit: Callable[[Producer, loadgen.Record], None] | None = None) -> None:
+                  emit: Callable[[Producer, loadgen.Record], None] | None = None, ingest: bool = False) -> None:
     """The steady producer's process: each (rate, seconds) segment in turn, paced every
     ``TICK_S`` (not in bursts), each tick's events stamped with the time they are sent.
     Sends back, per segment, its epoch bounds and the rate it achieved. ``emit`` writes
     each event (``bench/senders.py``: as work records); default: to its event topic."""
     emit = emit or _produce
-    factory = loadgen.EventFactory(topic_prefix=prefix, run_id=run_id)
+    factory = loadgen.EventFactory(topic_prefix=prefix, run_id=run_id, ingest=ingest)
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "compression.type": "lz4",
                          "queue.buffering.max.messages": 1_000_000})
     marks = []
@@ -258,9 +264,11 @@ def _produce(producer: Producer, record: loadgen.Record) -> None:
 
 
 def produce_steady(bootstrap: str, prefix: str, run_id: str, segments: list[tuple[float, float]],
-                   emit: Callable[[Producer, loadgen.Record], None] | None = None) -> list[dict[str, Any]]:
+                   emit: Callable[[Producer, loadgen.Record], None] | None = None,
+                   ingest: bool = False) -> list[dict[str, Any]]:
     receive_marks, send_marks = SPAWN.Pipe(duplex=False)
-    process = SPAWN.Process(target=produce_paced, args=(bootstrap, prefix, run_id, segments, send_marks, emit))
+    process = SPAWN.Process(target=produce_paced,
+                            args=(bootstrap, prefix, run_id, segments, send_marks, emit, ingest))
     process.start()
     marks: list[dict[str, Any]] = receive_marks.recv()
     process.join()
@@ -280,6 +288,18 @@ class Bench:
     receiver_url: str
     trust: Callable[[dict[str, list[str]]], None]
     args: argparse.Namespace
+
+    @property
+    def ingest(self) -> bool:
+        """Every event type on one ingest topic rather than a topic per domain (``--layout``)."""
+        return self.args.layout == "ingest"
+
+    @property
+    def partitions(self) -> int:
+        return self.args.source_partitions or self.settings.kafka.topic_partitions
+
+    def events(self, prefix: str, run_id: str) -> loadgen.EventFactory:
+        return loadgen.EventFactory(topic_prefix=prefix, run_id=run_id, ingest=self.ingest)
 
     def settings_for(self, prefix: str, tag: str, mode: Mode) -> Settings:
         """The job's and the floor's settings for one measurement: its topics, and the flags."""
@@ -316,8 +336,8 @@ def start_plain(bench: Bench, prefix: str, tag: str, mode: Mode) -> Running:
             for event_type in sub.event_types:
                 routes.setdefault(event_type, []).append(route)
     bench.trust(secrets)
-    config = plain_sender.SenderConfig(bench.settings.kafka_bootstrap(), loadgen.topics(prefix),
-                                       bench.settings.kafka.topic_partitions, routes, mode)
+    config = plain_sender.SenderConfig(bench.settings.kafka_bootstrap(), loadgen.topics(prefix, ingest=bench.ingest),
+                                       bench.partitions, routes, mode)
     stopping = SPAWN.Event()
     process = SPAWN.Process(target=plain_sender.run, args=(config, stopping))
     process.start()
@@ -368,7 +388,9 @@ def start_job(bench: Bench, prefix: str, tag: str, mode: Mode) -> Running:
 def start_senders(bench: Bench, prefix: str, tag: str, mode: Mode) -> Running:
     """``wayline run delivery`` with ``delivery.engine = "senders"``, as an operator starts
     it: its own Spark (the real-time matching query takes a slot per source partition),
-    its sender processes, on this bench's stack and topics."""
+    its sender processes, on this bench's stack and topics; and beside it, as deployed,
+    ``wayline run retries`` (its own Spark driver), which sends what a stage handed to the
+    retry path (cut as a straggler, or for an endpoint marked slow or failing)."""
     settings = bench.settings_for(prefix, tag, mode)
     endpoints = EndpointService.from_settings(settings)
     bench.trust(seed(bench.database, endpoints, bench.receiver_url, shape(mode, tag)).secrets)
@@ -378,29 +400,62 @@ def start_senders(bench: Bench, prefix: str, tag: str, mode: Mode) -> Running:
         **os.environ, "WAYLINE_STATE_DIR": str(settings.state_dir), "WAYLINE_DELIVERY__ENGINE": "senders",
         "WAYLINE_REGISTRY__URL_ALLOW_LIST": json.dumps(settings.registry.url_allow_list),
         "WAYLINE_KAFKA__EVENT_TOPIC_PREFIX": prefix, "WAYLINE_DELIVERY__BATCH_TOPIC": delivery.batch_topic,
-        "WAYLINE_DELIVERY__WORK_TOPIC": f"wayline.bench.{tag}.work", "WAYLINE_DELIVERY__SENDER_GROUP": tag,
-        "WAYLINE_DELIVERY__METRICS_PORT": "0", "WAYLINE_DELIVERY__MAX_OFFSETS_PER_TRIGGER": str(delivery.max_offsets_per_trigger),
+        "WAYLINE_DELIVERY__WORK_TOPIC": work_topic(tag), "WAYLINE_DELIVERY__SENDER_GROUP": tag,
+        "WAYLINE_DELIVERY__METRICS_PORT": "0", "WAYLINE_DELIVERY__RETRY_METRICS_PORT": "0",
+        "WAYLINE_DELIVERY__MAX_OFFSETS_PER_TRIGGER": str(delivery.max_offsets_per_trigger),
         "WAYLINE_DELIVERY__STAGE_DEADLINE_S": str(delivery.stage_deadline_s),
-        # No retry path runs here: an endpoint cut as a straggler would wait for one.
-        "WAYLINE_DELIVERY__STRAGGLER_CUT_S": str(delivery.stage_deadline_s),
     }
-    process = subprocess.Popen([sys.executable, "-m", "wayline.cli.main", "run", "delivery"], env=env,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    processes = [subprocess.Popen([sys.executable, "-m", "wayline.cli.main", "run", command], env=env,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                 for command in ("delivery", "retries")]
 
     def stop() -> None:
-        process.send_signal(signal.SIGINT)
-        try:
-            process.wait(90)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        for process in processes:
+            process.send_signal(signal.SIGINT)
+        for process in processes:
+            try:
+                process.wait(90)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
 
     def alive() -> bool:
-        if process.poll() not in (None, 0):
-            raise RuntimeError(f"wayline run delivery exited with {process.returncode}")
-        return process.poll() is None
+        for process in processes:
+            if process.poll() not in (None, 0):
+                raise RuntimeError(f"{' '.join(process.args[-2:])} exited with {process.returncode}")
+        return all(process.poll() is None for process in processes)
 
-    return Running(ReceiverArrivals(bench.receiver_url, f"/{tag}/"), alive, stop, process.pid)
+    return Running(ReceiverArrivals(bench.receiver_url, f"/{tag}/"), alive, stop, processes[0].pid)
+
+
+def work_topic(tag: str) -> str:
+    return f"wayline.bench.{tag}.work"
+
+
+def matching_hop(bench: Bench, tag: str, since: float) -> dict[str, float | None]:
+    """The senders engine's first hop, for events sent from ``since``: an event's ``time``
+    to its work record's Kafka timestamp (stamped as the matching query writes it); the
+    rest of the end-to-end latency is the sender processes'."""
+    consumer = Consumer({"bootstrap.servers": bench.settings.kafka_bootstrap(), "group.id": f"{tag}-hop",
+                         "enable.partition.eof": True})
+    topic = work_topic(tag)
+    partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
+    hops, open_partitions = [], set(partitions)
+    try:
+        while open_partitions:
+            for record in consumer.consume(10_000, 5):
+                if record.error() is not None:
+                    open_partitions.discard(record.partition())
+                    continue
+                sent = datetime.fromisoformat(orjson.loads(record.value())["time"]).timestamp()
+                if sent >= since:
+                    hops.append(record.timestamp()[1] / 1000 - sent)
+    finally:
+        consumer.close()
+    hops.sort()
+    return {"matching_p50_s": hops[len(hops) // 2] if hops else None,
+            "matching_p99_s": hops[int(len(hops) * 0.99)] if hops else None}
 
 
 STARTERS: dict[str, Callable[[Bench, str, str, Mode], Running]] = {
@@ -445,7 +500,7 @@ def wait_for(started: Running, expected: int) -> dict[str, Any]:
 
 def fresh_topics(bench: Bench, tag: str) -> str:
     prefix = f"bench.{tag}.events."
-    ensure_topics(bench.settings.kafka_bootstrap(), loadgen.topics(prefix), bench.settings.kafka.topic_partitions)
+    ensure_topics(bench.settings.kafka_bootstrap(), loadgen.topics(prefix, ingest=bench.ingest), bench.partitions)
     return prefix
 
 
@@ -456,9 +511,9 @@ def rate_run(bench: Bench, system: str, tag: str, segments: list[tuple[float, fl
     bootstrap = bench.settings.kafka_bootstrap()
     with running(bench, system, prefix, tag, "streaming") as (started, memory):
         # A few events first, so start-up (workers, registry load) is not in the timed part.
-        loadgen.produce(bootstrap, loadgen.EventFactory(topic_prefix=prefix, run_id=f"{tag}p").records(PRIME_EVENTS))
+        loadgen.produce(bootstrap, bench.events(prefix, f"{tag}p").records(PRIME_EVENTS))
         wait_for(started, PRIME_EVENTS)
-        marks = produce_steady(bootstrap, prefix, tag, segments)
+        marks = produce_steady(bootstrap, prefix, tag, segments, ingest=bench.ingest)
         wait_for(started, PRIME_EVENTS + sum(m["sent"] for m in marks))
     return {"marks": marks, "memory_peak_mb": memory.peaks_mb, "arrivals": started.arrivals}
 
@@ -467,9 +522,10 @@ def steady(bench: Bench, system: str, tag: str, rate: float) -> dict[str, Any]:
     got = rate_run(bench, system, tag, [(rate, bench.args.steady_seconds)])
     mark = got["marks"][0]
     window = got["arrivals"].totals(mark["from"] + bench.args.warmup_s, math.inf)
+    hop = matching_hop(bench, tag, mark["from"] + bench.args.warmup_s) if system == "senders" else {}
     return {"measure": f"steady {rate:g}/s", "achieved_rate": mark["achieved_rate"],
             "latency_p50_s": window["latency_p50_s"], "latency_p99_s": window["latency_p99_s"],
-            "events": mark["sent"]}
+            "events": mark["sent"], **hop}
 
 
 def spike(bench: Bench, system: str, tag: str) -> dict[str, Any]:
@@ -528,8 +584,7 @@ def one_round(bench: Bench, run: int, scenario: str) -> list[dict[str, Any]]:
         mode: Mode = "streaming" if scenario == "backlog" else "batch"
         # One backlog per round, drained by each system in turn from its own start.
         prefix = fresh_topics(bench, f"{stamp}{scenario}")
-        loadgen.produce(bench.settings.kafka_bootstrap(),
-                        loadgen.EventFactory(topic_prefix=prefix, run_id=stamp).records(events))
+        loadgen.produce(bench.settings.kafka_bootstrap(), bench.events(prefix, stamp).records(events))
         measurements = [(s, partial(backlog, bench, s, f"{stamp}{scenario}{s}", prefix, events, mode))
                         for s in systems]
     elif scenario == "steady":
@@ -547,7 +602,7 @@ def one_round(bench: Bench, run: int, scenario: str) -> list[dict[str, Any]]:
 
 # --- Report ---------------------------------------------------------------------------------
 
-FIGURES = ("achieved_rate", "latency_p50_s", "latency_p99_s", "events_per_s", "wall_s", "p99_before_s",
+FIGURES = ("achieved_rate", "latency_p50_s", "latency_p99_s", "matching_p50_s", "matching_p99_s", "events_per_s", "wall_s", "p99_before_s",
            "p99_during_s", "p99_after_s", "catch_up_s", "peak_jvm_mb", "peak_python_workers_mb", "peak_process_mb")
 
 
@@ -597,6 +652,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--spike-peak", type=float, default=50_000)
     parser.add_argument("--spike-seconds", type=float, default=30)
     parser.add_argument("--spike-calm-seconds", type=float, default=30, help="at the base rate, before and after")
+    parser.add_argument("--layout", choices=("domains", "ingest"), default="domains",
+                        help="event topics: one per domain (20), or one ingest topic for every type")
+    parser.add_argument("--source-partitions", type=int, help="partitions per event topic (kafka.topic_partitions)")
     # Unset: the job's own defaults (whatever the job is when this runs); the floor uses the same.
     parser.add_argument("--trigger-interval", type=float, help="delivery.trigger_interval_s")
     parser.add_argument("--per-trigger", type=int, help="delivery.max_offsets_per_trigger in streaming scenarios")

@@ -1,7 +1,8 @@
 """`wayline produce`: realistic CloudEvents at a chosen rate, for demos and benchmarks.
 
 The catalog: 500 event types (20 domains × 5 entities × 5 actions), one topic per domain
-(`events.<domain>`); 30,000 tenants, a quarter of them with departments as sub-tenants;
+(`events.<domain>`), or all on one ingest topic (`events.ingest`), the layout that keeps a
+real-time query's tasks (one per Kafka partition) to a deployment's cores; 30,000 tenants, a quarter of them with departments as sub-tenants;
 traffic skewed toward a few hot tenants, as on a real SaaS platform. Payloads stay
 under 1 KB. A fraction of deliberately broken records exercises the quarantine.
 """
@@ -29,6 +30,8 @@ ACTIONS = ("created", "updated", "deleted", "completed", "failed")
 DEPARTMENTS = ("d-100", "d-200", "d-300")
 CURRENCIES = ("EUR", "USD", "GBP", "JPY", "CHF")
 STATUSES = ("new", "active", "pending", "closed", "error")
+INGEST = "ingest"
+"""The one topic's name after the prefix in the ingest layout."""
 REGIONS = ("eu-west", "eu-central", "us-east", "us-west", "ap-south")
 
 
@@ -38,15 +41,15 @@ class EventType:
     topic: str
 
 
-def catalog(topic_prefix: str = "events.") -> list[EventType]:
+def catalog(topic_prefix: str = "events.", *, ingest: bool = False) -> list[EventType]:
     return [
-        EventType(f"com.wayline.{domain}.{entity}.{action}", f"{topic_prefix}{domain}")
+        EventType(f"com.wayline.{domain}.{entity}.{action}", f"{topic_prefix}{INGEST if ingest else domain}")
         for domain in DOMAINS for entity in ENTITIES for action in ACTIONS
     ]
 
 
-def topics(topic_prefix: str = "events.") -> list[str]:
-    return sorted({event_type.topic for event_type in catalog(topic_prefix)})
+def topics(topic_prefix: str = "events.", *, ingest: bool = False) -> list[str]:
+    return sorted({event_type.topic for event_type in catalog(topic_prefix, ingest=ingest)})
 
 
 def tenant_id(index: int) -> str:
@@ -72,10 +75,10 @@ class EventFactory:
 
     def __init__(
         self, *, seed: int = 7, tenants: int = 30_000, topic_prefix: str = "events.",
-        bad_fraction: float = 0.0, run_id: str | None = None,
+        bad_fraction: float = 0.0, run_id: str | None = None, ingest: bool = False,
     ) -> None:
         self._rng = random.Random(seed)
-        self._types = catalog(topic_prefix)
+        self._types = catalog(topic_prefix, ingest=ingest)
         self._tenants = tenants
         self._bad_fraction = bad_fraction
         self._run_id = run_id or f"{seed:x}{int(time.time() * 1000):x}"
