@@ -1,6 +1,6 @@
 """Benchmark: issue 13's delivery targets, each beside its two baselines in the same run.
 
-Three *systems* read the same kind of traffic on this machine (broker, PostgreSQL, Spark
+Four *systems* read the same kind of traffic on this machine (broker, PostgreSQL, Spark
 ``local[2]`` and the receiver all here):
 
 - **plain**: ``bench/plain_sender.py``, a plain Kafka consumer → route by type → sign →
@@ -10,6 +10,11 @@ Three *systems* read the same kind of traffic on this machine (broker, PostgreSQ
   Spark job (event-time buckets counted): Spark's own limit for a micro-batch;
 - **job**: the delivery job, started through its public entry point (``start_delivery``
   with ``Settings``), so this measures whatever the job is when it runs.
+- **senders**: ``delivery.engine = "senders"``, ``wayline run delivery`` in its own process.
+
+Both Wayline systems run with ``wayline run retries`` beside them, as deployed: what a
+send stage hands to the retry path (a request cut as a straggler, an endpoint marked
+slow or failing) arrives through it, later, and counts.
 
 The plain sender and the job deliver to one receiver process (``wayline.stack.receiver``,
 checking every signature) under the same registry shape: five endpoints, each subscribed
@@ -370,62 +375,78 @@ def start_floor(bench: Bench, prefix: str, tag: str, mode: Mode) -> Running:
     return Running(tally, lambda: query.isActive, query.stop)
 
 
-def start_job(bench: Bench, prefix: str, tag: str, mode: Mode) -> Running:
-    settings = bench.settings_for(prefix, tag, mode)
-    endpoints = EndpointService.from_settings(settings)
-    bench.trust(seed(bench.database, endpoints, bench.receiver_url, shape(mode, tag)).secrets)
-    job = start_delivery(bench.spark, settings, bench.database, endpoints, DeliveryMetrics(),
-                         checkpoint=settings.checkpoint_root / "delivery" / tag)
+class Commands:
+    """``wayline run <command>`` processes with one measurement's settings, as an operator
+    runs them, each with its own Spark driver."""
 
-    def alive() -> bool:
-        if job.exception() is not None:
-            raise RuntimeError(f"the delivery job failed: {job.exception()}")
-        return job.isActive
+    def __init__(self, settings: Settings, commands: list[str], **env: str) -> None:
+        env = {
+            **os.environ, **env, "WAYLINE_STATE_DIR": str(settings.state_dir),
+            "WAYLINE_REGISTRY__URL_ALLOW_LIST": json.dumps(settings.registry.url_allow_list),
+            "WAYLINE_DELIVERY__STAGE_DEADLINE_S": str(settings.delivery.stage_deadline_s),
+            "WAYLINE_DELIVERY__METRICS_PORT": "0", "WAYLINE_DELIVERY__RETRY_METRICS_PORT": "0",
+        }
+        self.processes = [subprocess.Popen([sys.executable, "-m", "wayline.cli.main", "run", command], env=env,
+                                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                          for command in commands]
 
-    return Running(ReceiverArrivals(bench.receiver_url, f"/{tag}/"), alive, job.stop)
+    def alive(self) -> bool:
+        for process in self.processes:
+            if process.poll() not in (None, 0):
+                raise RuntimeError(f"wayline run {process.args[-1]} exited with {process.returncode}")
+        return all(process.poll() is None for process in self.processes)
 
-
-def start_senders(bench: Bench, prefix: str, tag: str, mode: Mode) -> Running:
-    """``wayline run delivery`` with ``delivery.engine = "senders"``, as an operator starts
-    it: its own Spark (the real-time matching query takes a slot per source partition),
-    its sender processes, on this bench's stack and topics; and beside it, as deployed,
-    ``wayline run retries`` (its own Spark driver), which sends what a stage handed to the
-    retry path (cut as a straggler, or for an endpoint marked slow or failing)."""
-    settings = bench.settings_for(prefix, tag, mode)
-    endpoints = EndpointService.from_settings(settings)
-    bench.trust(seed(bench.database, endpoints, bench.receiver_url, shape(mode, tag)).secrets)
-    shutil.rmtree(settings.checkpoint_root / "delivery", ignore_errors=True)  # the last measurement's topics
-    delivery = settings.delivery
-    env = {
-        **os.environ, "WAYLINE_STATE_DIR": str(settings.state_dir), "WAYLINE_DELIVERY__ENGINE": "senders",
-        "WAYLINE_REGISTRY__URL_ALLOW_LIST": json.dumps(settings.registry.url_allow_list),
-        "WAYLINE_KAFKA__EVENT_TOPIC_PREFIX": prefix, "WAYLINE_DELIVERY__BATCH_TOPIC": delivery.batch_topic,
-        "WAYLINE_DELIVERY__WORK_TOPIC": work_topic(tag), "WAYLINE_DELIVERY__SENDER_GROUP": tag,
-        "WAYLINE_DELIVERY__METRICS_PORT": "0", "WAYLINE_DELIVERY__RETRY_METRICS_PORT": "0",
-        "WAYLINE_DELIVERY__MAX_OFFSETS_PER_TRIGGER": str(delivery.max_offsets_per_trigger),
-        "WAYLINE_DELIVERY__STAGE_DEADLINE_S": str(delivery.stage_deadline_s),
-    }
-    processes = [subprocess.Popen([sys.executable, "-m", "wayline.cli.main", "run", command], env=env,
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-                 for command in ("delivery", "retries")]
-
-    def stop() -> None:
-        for process in processes:
+    def stop(self) -> None:
+        for process in self.processes:
             process.send_signal(signal.SIGINT)
-        for process in processes:
+        for process in self.processes:
             try:
                 process.wait(90)
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
 
-    def alive() -> bool:
-        for process in processes:
-            if process.poll() not in (None, 0):
-                raise RuntimeError(f"{' '.join(process.args[-2:])} exited with {process.returncode}")
-        return all(process.poll() is None for process in processes)
 
-    return Running(ReceiverArrivals(bench.receiver_url, f"/{tag}/"), alive, stop, processes[0].pid)
+# As deployed, ``wayline run retries`` runs beside either engine: it sends what a stage
+# handed to the retry path (cut as a straggler, or for an endpoint marked slow or failing).
+RETRIES = "retries"
+
+
+def start_job(bench: Bench, prefix: str, tag: str, mode: Mode) -> Running:
+    settings = bench.settings_for(prefix, tag, mode)
+    endpoints = EndpointService.from_settings(settings)
+    bench.trust(seed(bench.database, endpoints, bench.receiver_url, shape(mode, tag)).secrets)
+    job = start_delivery(bench.spark, settings, bench.database, endpoints, DeliveryMetrics(),
+                         checkpoint=settings.checkpoint_root / "delivery" / tag)
+    retries = Commands(settings, [RETRIES])
+
+    def alive() -> bool:
+        if job.exception() is not None:
+            raise RuntimeError(f"the delivery job failed: {job.exception()}")
+        return job.isActive and retries.alive()
+
+    def stop() -> None:
+        job.stop()
+        retries.stop()
+
+    return Running(ReceiverArrivals(bench.receiver_url, f"/{tag}/"), alive, stop)
+
+
+def start_senders(bench: Bench, prefix: str, tag: str, mode: Mode) -> Running:
+    """``wayline run delivery`` with ``delivery.engine = "senders"``: its own Spark (the
+    real-time matching query takes a slot per source partition), its sender processes, on
+    this bench's stack and topics."""
+    settings = bench.settings_for(prefix, tag, mode)
+    endpoints = EndpointService.from_settings(settings)
+    bench.trust(seed(bench.database, endpoints, bench.receiver_url, shape(mode, tag)).secrets)
+    shutil.rmtree(settings.checkpoint_root / "delivery", ignore_errors=True)  # the last measurement's topics
+    delivery = settings.delivery
+    commands = Commands(settings, ["delivery", RETRIES], WAYLINE_DELIVERY__ENGINE="senders",
+                        WAYLINE_KAFKA__EVENT_TOPIC_PREFIX=prefix, WAYLINE_DELIVERY__BATCH_TOPIC=delivery.batch_topic,
+                        WAYLINE_DELIVERY__WORK_TOPIC=work_topic(tag), WAYLINE_DELIVERY__SENDER_GROUP=tag,
+                        WAYLINE_DELIVERY__MAX_OFFSETS_PER_TRIGGER=str(delivery.max_offsets_per_trigger))
+    return Running(ReceiverArrivals(bench.receiver_url, f"/{tag}/"), commands.alive, commands.stop,
+                   commands.processes[0].pid)
 
 
 def work_topic(tag: str) -> str:

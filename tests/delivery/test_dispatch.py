@@ -110,6 +110,27 @@ def test_a_busy_endpoint_is_no_straggler_while_it_answers() -> None:
     assert cut == [] and [r.status for r in results if isinstance(r, Response)] == [200] * 20
 
 
+def test_when_every_endpoint_answers_slowly_none_is_a_straggler() -> None:
+    cut: list[str] = []
+
+    async def slow(request: web.Request) -> web.Response:
+        # Out longer than the cut, but like every other request of the group: a loaded
+        # sender or a shared upstream, not one endpoint holding the others up.
+        await asyncio.sleep(0.4 + random.random() * 0.4)
+        return web.Response(status=200)
+
+    async def scenario() -> list:
+        async with serve({"/a": slow, "/b": slow, "/c": slow}) as base, loopback_transport() as http:
+            endpoints = [Endpoint(f"ep_{name}", f"{base}/{name}", limits=EndpointLimits(max_in_flight=4))
+                         for name in "abc"]
+            requests = [request(endpoints[n % 3], n) for n in range(36)]
+            return await Dispatcher(http).deliver_all(requests, deadline_s=20, straggler_cut_s=0.2,
+                                                      on_straggler=cut.append)
+
+    results = asyncio.run(scenario())
+    assert cut == [] and [r.status for r in results if isinstance(r, Response)] == [200] * 36
+
+
 def test_cancelling_the_caller_leaves_no_send_behind() -> None:
     async def scenario() -> None:
         async with serve({"/slow": hangs}) as base, loopback_transport() as http:

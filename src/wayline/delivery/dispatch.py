@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
@@ -69,7 +70,12 @@ class _Gate:
 class _Progress:
     sent_at: float | None = None
     """When the request went to the transport (loop time); None while it waits for a slot."""
+    answered_in: float | None = None
+    """Seconds from ``sent_at`` to the transport's result."""
 
+
+STRAGGLER_FACTOR = 4.0
+"""How many times the group's median answer a request must be out for its endpoint to be slow."""
 
 OnResult = Callable[[int, Result], None]
 """Told each request's result (by position) as soon as it is known, before the group ends."""
@@ -97,9 +103,10 @@ class Dispatcher:
         ``subscriptions`` (one per request) lets a 410 hold back the rest of its
         subscription's requests; ``on_result`` hears of each finished request at once.
         With ``straggler_cut_s``, once every unfinished request belongs to an endpoint
-        that has had a request out for that long, those endpoints' requests are cut at
-        once rather than at the deadline (``on_straggler`` hears of each such endpoint):
-        a slow endpoint holds the group up that long after the rest are done, no more.
+        that has had a request out for that long (and for :data:`STRAGGLER_FACTOR` times
+        the group's median answer), those endpoints' requests are cut at once rather than
+        at the deadline (``on_straggler`` hears of each such endpoint): a slow endpoint
+        holds the group up that long after the rest are done, no more.
         Requests cut are only in the returned list."""
         if not requests:
             return []
@@ -181,13 +188,15 @@ class Dispatcher:
                 except RetryLater as exc:
                     return Failure(FailureKind.AUTH, str(exc))
                 request = replace(request, headers={**request.headers, **extra})
-            progress.sent_at = asyncio.get_running_loop().time()
+            loop = asyncio.get_running_loop()
+            progress.sent_at = loop.time()
             try:
                 result = await self._transport.send(request)
             except asyncio.CancelledError:
                 # Cut by the deadline while the endpoint had the request: it is slow.
                 _record(breaker, failed=True)
                 raise
+            progress.answered_in = loop.time() - progress.sent_at
         pause = retry_after(result, datetime.now(timezone.utc), self._max_retry_after)
         if pause is not None and pause > timedelta(0):
             self._throttles.pause(endpoint.id, pause.total_seconds())
@@ -219,17 +228,25 @@ async def _cut_stragglers(tasks: Sequence[asyncio.Task[Result]], requests: Seque
                           ) -> None:
     """Cancel the unfinished requests of slow endpoints, once only slow endpoints are left
     (their positions go to ``cut``). An endpoint is slow when one of its requests has been
-    out for ``cut_s``; one that is merely busy (waiting for its own slots) is not."""
+    out for ``cut_s`` and for :data:`STRAGGLER_FACTOR` times the median answer of the
+    group so far; one that is merely busy (waiting for its own slots) is not. Slow is
+    judged against the group's own answers, none before the first: when every endpoint
+    answers slowly (a loaded sender or a shared upstream), none holds the others up, and
+    cutting them all would send the whole stream through the retry path."""
     loop = asyncio.get_running_loop()
     while True:
         await asyncio.sleep(min(cut_s / 4, 0.05))
+        answers = [p.answered_in for p in progress if p.answered_in is not None]
+        if not answers:
+            continue
+        out_for = max(cut_s, STRAGGLER_FACTOR * statistics.median(answers))
         now = loop.time()
         unfinished: dict[str, list[int]] = {}
         for position, task in enumerate(tasks):
             if not task.done():
                 unfinished.setdefault(requests[position].endpoint.id, []).append(position)
         slow = {endpoint for endpoint, positions in unfinished.items()
-                if any((sent := progress[p].sent_at) is not None and now - sent >= cut_s for p in positions)}
+                if any((sent := progress[p].sent_at) is not None and now - sent >= out_for for p in positions)}
         if not slow or len(slow) < len(unfinished):
             continue  # nothing slow yet, or others still at work: a straggler holds up no one
         for endpoint in sorted(slow):
