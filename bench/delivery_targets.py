@@ -69,11 +69,12 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import orjson
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from confluent_kafka import Message, Producer
 
 import plain_sender
 from delivery import receive, shape
 from fresh_stack import fresh_stack, machine
+from topic_records import read_topic
 from wayline.core.kafka import ensure_topics
 from wayline.core.secret import Secret
 from wayline.core.settings import Settings
@@ -457,24 +458,13 @@ def matching_hop(bench: Bench, tag: str, since: float) -> dict[str, float | None
     """The senders engine's first hop, for events sent from ``since``: an event's ``time``
     to its work record's Kafka timestamp (stamped as the matching query writes it); the
     rest of the end-to-end latency is the sender processes'."""
-    consumer = Consumer({"bootstrap.servers": bench.settings.kafka_bootstrap(), "group.id": f"{tag}-hop",
-                         "enable.partition.eof": True})
-    topic = work_topic(tag)
-    partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
-    hops, open_partitions = [], set(partitions)
-    try:
-        while open_partitions:
-            for record in consumer.consume(10_000, 5):
-                if record.error() is not None:
-                    open_partitions.discard(record.partition())
-                    continue
-                sent = datetime.fromisoformat(orjson.loads(record.value())["time"]).timestamp()
-                if sent >= since:
-                    hops.append(record.timestamp()[1] / 1000 - sent)
-    finally:
-        consumer.close()
-    hops.sort()
+    def hop(record: Message) -> tuple[float, float]:
+        sent = datetime.fromisoformat(orjson.loads(record.value())["time"]).timestamp()
+        return sent, record.timestamp()[1] / 1000 - sent
+
+    rows: list[tuple[float, float]] = []
+    read_topic(bench.settings.kafka_bootstrap(), work_topic(tag), hop, rows)
+    hops = sorted(latency for sent, latency in rows if sent >= since)
     return {"matching_p50_s": hops[len(hops) // 2] if hops else None,
             "matching_p99_s": hops[int(len(hops) * 0.99)] if hops else None}
 

@@ -44,10 +44,11 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Message, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from fresh_stack import fresh_stack, machine
+from topic_records import read_topic
 from wayline.core.secret import Secret
 from wayline.core.settings import DeliverySettings, Settings
 from wayline.delivery.metrics import DeliveryMetrics
@@ -191,22 +192,10 @@ def produce(bootstrap: str, topic: str, tag: str, rate: int | None, count: int, 
     return sent
 
 
-def consume(bootstrap: str, topic: str, expected: int, stop: threading.Event,
-            out: list[tuple[float, float, bytes, str]]) -> None:
-    """(sent, appended, key, event id) of each output record, in seconds."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4()}",
-                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
-    consumer.subscribe([topic])
-    try:
-        while not stop.is_set() and len(out) < expected:
-            for message in consumer.consume(1000, 0.2):
-                if message.error():
-                    continue
-                body = orjson.loads(message.value())
-                out.append((body["data"]["sent_ms"] / 1000, message.timestamp()[1] / 1000, message.key() or b"",
-                            body["id"]))
-    finally:
-        consumer.close()
+def work_row(message: Message) -> tuple[float, float, bytes, str]:
+    """(sent, appended, key, event id) of an output record, in seconds."""
+    body = orjson.loads(message.value())
+    return body["data"]["sent_ms"] / 1000, message.timestamp()[1] / 1000, message.key() or b"", body["id"]
 
 
 def measure(system: str, scenario: str, spark: Any, base: Settings, database: Database, owner: str, state: Path,
@@ -220,7 +209,8 @@ def measure(system: str, scenario: str, spark: Any, base: Settings, database: Da
     records: list[tuple[float, float, bytes, str]] = []
     stop = threading.Event()
     expected = backlog if scenario == "backlog" else int(rate * seconds * 3)
-    reader = threading.Thread(target=consume, args=(bootstrap, settings.delivery.work_topic, expected, stop, records))
+    reader = threading.Thread(target=read_topic, args=(bootstrap, settings.delivery.work_topic, work_row, records),
+                              kwargs={"expected": expected, "stop": stop})
     if scenario == "backlog":
         produce(bootstrap, topic, tag, None, backlog)
     running = start(system, spark, settings, database, state / "checkpoints" / tag)

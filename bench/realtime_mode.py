@@ -37,11 +37,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Message, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from sqlalchemy import text
 
 from fresh_stack import fresh_stack, machine
+from topic_records import read_topic
 from wayline.registry.db import make_engine
 from wayline.stack.spark import spark_session
 
@@ -114,22 +115,11 @@ def produce_steady(bootstrap: str, topic: str, rate: int, seconds: float) -> int
     return sent
 
 
-def consume_latencies(bootstrap: str, topic: str, expected: int, stop: threading.Event,
-                      out: list[tuple[float, float, float, str]]) -> None:
-    """(produced, latency, appended, route) of each sink record, times in seconds."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"rtm-{uuid.uuid4()}",
-                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
-    consumer.subscribe([topic])
-    try:
-        while not stop.is_set() and len(out) < expected:
-            for message in consumer.consume(1000, 0.2):
-                if message.error():
-                    continue
-                record = json.loads(message.value())
-                produced, appended = record["produced_ms"], message.timestamp()[1]
-                out.append((produced / 1000, (appended - produced) / 1000, appended / 1000, record["route"]))
-    finally:
-        consumer.close()
+def latency_row(message: Message) -> tuple[float, float, float, str]:
+    """(produced, latency, appended, route) of a sink record, times in seconds."""
+    record = json.loads(message.value())
+    produced, appended = record["produced_ms"], message.timestamp()[1]
+    return produced / 1000, (appended - produced) / 1000, appended / 1000, record["route"]
 
 
 def wait_until_running(query: Any, timeout_s: float = 120) -> None:
@@ -185,7 +175,8 @@ def one_run(spark: Any, bootstrap: str, state: Path, run: str, name: str, trigge
     latencies: list[tuple[float, float, float, str]] = []
     stop = threading.Event()
     expected = int(rate * seconds)
-    reader = threading.Thread(target=consume_latencies, args=(bootstrap, sink, expected, stop, latencies))
+    reader = threading.Thread(target=read_topic, args=(bootstrap, sink, latency_row, latencies),
+                              kwargs={"expected": expected, "stop": stop})
     reader.start()
     started = time.time()
     swapped: list[float] = []
