@@ -22,10 +22,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from fresh_stack import machine
+from fresh_stack import record_results
 
 REPO = Path(__file__).resolve().parents[1]
-RESULTS = REPO / "bench" / "results"
 HEAVY = ("pyspark", "sqlalchemy", "aiohttp", "confluent_kafka", "pandas", "pyarrow", "sqlglot")
 # What `wayline serve admin` does before uvicorn starts, in either tree's API: older trees
 # have no composition module and build the engine from the settings object.
@@ -92,11 +91,9 @@ def main() -> None:
                 seconds, heavy = run(src, code)
                 walls[name].append(seconds)
                 loaded[name] = heavy
-    result = {"machine": machine(), "runs": args.runs,
-              "median_s": {name: statistics.median(times) for name, times in walls.items()},
-              "all_s": walls, "heavy_loaded": loaded}
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "admin_start.json").write_text(json.dumps(result, indent=2))
+    record_results("admin_start", {"runs": args.runs,
+                                   "median_s": {name: statistics.median(times) for name, times in walls.items()},
+                                   "all_s": walls, "heavy_loaded": loaded})
     for name, times in walls.items():
         print(f"{name:42} median {statistics.median(times):6.3f} s  "
               f"(min {min(times):.3f}, max {max(times):.3f})  heavy: {', '.join(loaded[name]) or '-'}")

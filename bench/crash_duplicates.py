@@ -46,7 +46,7 @@ import orjson
 from aiohttp import web
 from confluent_kafka import Producer
 
-from fresh_stack import fresh_stack, machine
+from fresh_stack import RESULTS, fresh_stack, record_results
 from wayline.core.kafka import ensure_topics
 from wayline.core.secret import Secret
 from wayline.core.settings import Settings
@@ -55,7 +55,6 @@ from wayline.registry.access import ADMIN
 from wayline.registry.db import Database
 from wayline.registry.endpoint import EndpointIn, EndpointService
 
-RESULTS = Path(__file__).parent / "results"
 REPO = Path(__file__).resolve().parent.parent
 PREFIX = "events.crashbench."
 STARTUP_S = 600.0
@@ -264,9 +263,8 @@ def main() -> None:
         if args.src is not None:
             results.append(run(settings, database, args, "before", args.src))
         results.append(run(settings, database, args, "after", None))
-    summary = {**machine(), "args": {k: str(v) for k, v in vars(args).items()}, "results": results}
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "crash_duplicates.json").write_text(json.dumps(summary, indent=2))
+    summary = {"args": {k: str(v) for k, v in vars(args).items()}, "results": results}
+    record_results("crash_duplicates", summary)
     print(json.dumps(summary, indent=2))
 
 

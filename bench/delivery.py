@@ -32,7 +32,7 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
-from fresh_stack import fresh_stack, machine
+from fresh_stack import RESULTS, fresh_stack, record_results
 from wayline.core.kafka import ensure_topics
 from wayline.core.settings import Settings
 from wayline.delivery.metrics import DeliveryMetrics
@@ -45,7 +45,6 @@ from wayline.stack.receiver import Receiver, ReceiverServer
 from wayline.stack.seed import SeedEndpoint, seed
 from wayline.stack.spark import spark_session
 
-RESULTS = Path(__file__).resolve().parent / "results"
 ENDPOINTS = 5
 STREAMING_PER_TRIGGER = 10_000
 STAGE_DEADLINE_S = 10.0
@@ -186,9 +185,8 @@ def main() -> None:
 
     with fresh_stack(RESULTS / "delivery-state", registry={"url_allow_list": ["127.0.0.1/32"]}) as (settings, database):
         results, peak_mb = run_all(settings, database, args)
-    summary = {**machine(), "spark_jvm_peak_rss_mb": peak_mb, "runs": results}
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / f"delivery-{int(time.time())}.json").write_text(json.dumps(summary, indent=2))
+    summary = {"spark_jvm_peak_rss_mb": peak_mb, "runs": results}
+    record_results(f"delivery-{int(time.time())}", summary)
     print(json.dumps(summary, indent=2))
 
 

@@ -73,7 +73,7 @@ from confluent_kafka import Message, Producer
 
 import plain_sender
 from delivery import receive, shape
-from fresh_stack import fresh_stack, machine
+from fresh_stack import RESULTS, fresh_stack, record_results
 from topic_records import read_topic
 from wayline.core.kafka import ensure_topics
 from wayline.core.secret import Secret
@@ -88,7 +88,6 @@ from wayline.stack import loadgen
 from wayline.stack.seed import seed
 from wayline.stack.spark import spark_session
 
-RESULTS = Path(__file__).resolve().parent / "results"
 SYSTEMS = ("plain", "floor", "job", "senders")
 SCENARIOS = ("steady", "backlog", "batch", "spike")
 # Give up when nothing new arrived for this long; the first arrival may take longer (a
@@ -684,9 +683,7 @@ def main() -> None:
     state = RESULTS / "delivery_targets-state"
     with fresh_stack(state, registry={"url_allow_list": ["127.0.0.1/32"]}) as (settings, database):
         results = run_all(settings, database, args)
-    summary = {**machine(), "args": vars(args), "results": results}
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / f"delivery_targets-{int(time.time())}.json").write_text(json.dumps(summary, indent=2))
+    record_results(f"delivery_targets-{int(time.time())}", {"args": vars(args), "results": results})
     print(table(results))
 
 

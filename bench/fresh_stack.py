@@ -1,8 +1,9 @@
 """What every benchmark starts and ends with: its own stack in a fresh state folder, the
-registry schema migrated; and the machine facts a result is recorded with."""
+registry schema migrated; and its results, written with the machine's facts."""
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import shutil
@@ -30,6 +31,16 @@ def fresh_stack(state: Path, **overrides: Any) -> Iterator[tuple[Settings, Datab
     finally:
         engine.dispose()
         local.down(settings)
+
+
+RESULTS = Path(__file__).resolve().parent / "results"
+"""Benchmarks' raw results and state folders (git-ignored)."""
+
+
+def record_results(name: str, summary: dict[str, Any]) -> None:
+    """``summary`` and the machine's facts now, in ``bench/results/<name>.json``."""
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / f"{name}.json").write_text(json.dumps({**machine(), **summary}, indent=2))
 
 
 def machine() -> dict[str, Any]:

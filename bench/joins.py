@@ -24,8 +24,6 @@ It starts its own stack under bench/results/joins-<only|all>-state and stops it 
 from __future__ import annotations
 
 import argparse
-import json
-import platform
 import random
 import shutil
 import statistics
@@ -38,6 +36,7 @@ import orjson
 from confluent_kafka import Producer
 from sqlalchemy import delete
 
+from fresh_stack import RESULTS, record_results
 from wayline.core.kafka import ensure_topics
 from wayline.core.settings import Settings
 from wayline.registry import reference
@@ -48,7 +47,6 @@ from wayline.registry.models import Rule
 from wayline.stack import local
 
 REPO = Path(__file__).resolve().parents[1]
-RESULTS = REPO / "bench" / "results"
 T0 = datetime(2026, 3, 1, tzinfo=timezone.utc)
 PER_SIDE_RATE = 10_000  # events/s of event time, per side of the interval join
 TABLE = "customers"
@@ -221,11 +219,8 @@ def main() -> None:
                 print(f"{name:>28}: median {statistics.median(rates):>9,.0f} events/s  runs "
                       f"{', '.join(f'{r:,.0f}' for r in rates)}  state rows {last['state_rows']:,} "
                       f"bytes {last['state_bytes']:,}  cached {last['cached_bytes']:,} bytes", flush=True)
-        RESULTS.mkdir(exist_ok=True)
-        (RESULTS / f"joins-{args.only or 'all'}.json").write_text(json.dumps({
-            "date": datetime.now(timezone.utc).isoformat(), "machine": platform.platform(),
-            "events": args.events, "rows": args.rows, "interval_s": args.interval_s, "results": results,
-        }, indent=2))
+        record_results(f"joins-{args.only or 'all'}", {
+            "events": args.events, "rows": args.rows, "interval_s": args.interval_s, "results": results})
         spark.stop()
         engine.dispose()
     finally:

@@ -30,14 +30,13 @@ import httpx
 import orjson
 from confluent_kafka import Producer
 
-from fresh_stack import fresh_stack, machine
+from fresh_stack import RESULTS, fresh_stack, record_results
 from wayline.core.kafka import ensure_topics
 from wayline.messaging.producer import producer_config
 from wayline.registry import api_key
 from wayline.registry.access import ADMIN
 from wayline.stack.process import free_port
 
-RESULTS = Path(__file__).parent / "results"
 TXN_BATCHES = 10
 
 
@@ -192,10 +191,9 @@ def main() -> None:
             for server in servers:
                 server.terminate()
                 server.wait(timeout=30)
-    summary = {**machine(), "args": vars(args), "runs": runs,
+    summary = {"args": vars(args), "runs": runs,
                "medians": {k: statistics.median(r[k] for r in runs) for k in runs[0]}}
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "messaging.json").write_text(json.dumps(summary, indent=2))
+    record_results("messaging", summary)
     print(json.dumps(summary["medians"], indent=2))
 
 

@@ -23,10 +23,10 @@ import statistics
 import time
 from dataclasses import replace
 from datetime import datetime, timezone
-from pathlib import Path
 
 from sqlalchemy import insert
 
+from fresh_stack import RESULTS, record_results
 from wayline.core.kafka import ensure_topics
 from wayline.core.secret import Secret
 from wayline.core.settings import Settings
@@ -38,7 +38,6 @@ from wayline.registry.secrets import SecretBox
 from wayline.registry.snapshot import load_snapshot
 from wayline.stack import loadgen, local
 
-RESULTS = Path(__file__).resolve().parent / "results"
 FILTERS = (
     [{"data.amount": {"$gte": float(threshold)}} for threshold in range(0, 1000, 50)]
     + [{"data.currency": {"$in": list(pair)}} for pair in (("EUR", "USD"), ("GBP",), ("JPY", "CHF"), ("EUR",), ("USD",))]
@@ -186,8 +185,7 @@ def main() -> None:
         engine.dispose()
     finally:
         local.down(settings)
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "registry_snapshot.json").write_text(json.dumps(report, indent=2))
+    record_results("registry_snapshot", report)
     print(json.dumps(report, indent=2))
 
 

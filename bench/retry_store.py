@@ -23,19 +23,17 @@ import threading
 import time
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, Producer
 
-from fresh_stack import fresh_stack, machine
+from fresh_stack import RESULTS, fresh_stack, record_results
 from wayline.core.kafka import ensure_topics
 from wayline.delivery.attempt import Pending, Succeeded, WillRetry
 from wayline.delivery.storage.drain import RetryQueue
 from wayline.delivery.storage.store import PostgresDeliveryStore
 from wayline.delivery.transport import Response
 
-RESULTS = Path(__file__).parent / "results"
 PAYLOAD = b"x" * 512
 
 
@@ -118,10 +116,9 @@ def main() -> None:
             runs.append({"hand_over_per_s": handed, "claim_settle_per_s": drained, "drained": count,
                          "kafka_produce_consume_per_s": kafka})
             print(json.dumps(runs[-1]), flush=True)
-    summary = {**machine(), "args": vars(args), "runs": runs,
+    summary = {"args": vars(args), "runs": runs,
                "medians": {k: statistics.median(r[k] for r in runs) for k in runs[0]}}
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "retry_store.json").write_text(json.dumps(summary, indent=2))
+    record_results("retry_store", summary)
     print(json.dumps(summary["medians"], indent=2))
 
 

@@ -28,7 +28,6 @@ import argparse
 import contextlib
 import io
 import json
-import platform
 import random
 import shutil
 import statistics
@@ -42,6 +41,7 @@ import orjson
 from confluent_kafka import Producer
 from sqlalchemy import delete
 
+from fresh_stack import RESULTS, record_results
 from wayline.core.kafka import ensure_topics
 from wayline.core.settings import Settings
 from wayline.registry import rule as rule_service
@@ -51,7 +51,6 @@ from wayline.registry.models import Rule
 from wayline.stack import local
 
 REPO = Path(__file__).resolve().parents[1]
-RESULTS = REPO / "bench" / "results"
 T0 = datetime(2026, 3, 1, tzinfo=timezone.utc)
 USERS = 100_000
 TOPIC = "events.bench.rules"
@@ -330,11 +329,7 @@ def main() -> None:
                 for rows, ms in runs[-1]["batch_ms"]:
                     print(f"{'':>24}{rows:7} rows: {ms}", flush=True)
                 print_stages(spark, seen, args.runs)
-        RESULTS.mkdir(exist_ok=True)
-        (RESULTS / "rules.json").write_text(json.dumps({
-            "date": datetime.now(timezone.utc).isoformat(), "machine": platform.platform(),
-            "events": args.events, "produced_s": produced_s, "results": results,
-        }, indent=2))
+        record_results("rules", {"events": args.events, "produced_s": produced_s, "results": results})
         spark.stop()
         engine.dispose()
     finally:
