@@ -266,4 +266,4 @@ def _cut(progress: _Progress, within: str, elapsed_s: float) -> Failure:
     ), elapsed_s)
 
 
-__all__ = ["Dispatcher", "OnResult", "OnStraggler", "TokenBucket"]
+__all__ = ["STRAGGLER_FACTOR", "Dispatcher", "OnResult", "OnStraggler", "TokenBucket"]
