@@ -4,6 +4,7 @@ restart, a subscription disabled or deleted between routing and sending."""
 
 from __future__ import annotations
 
+import gc
 import os
 import re
 import signal
@@ -34,7 +35,14 @@ from wayline.delivery import work
 from wayline.delivery.signing import message_id
 from wayline.delivery.storage.store import DeliveryLogEntry, RetryEntry
 from wayline.pipelines.send_step import WORK_ARROW_SCHEMA
-from wayline.pipelines.senders import BAD_RECORD, MAX_BATCH, SENDER_COMMAND, decode, running_senders
+from wayline.pipelines.senders import (
+    BAD_RECORD,
+    MAX_BATCH,
+    SENDER_COMMAND,
+    decode,
+    freeze_startup_heap,
+    running_senders,
+)
 from wayline.registry import catalog, customer, subscription
 from wayline.registry.access import ADMIN
 from wayline.registry.endpoint import EndpointIn, EndpointService
@@ -106,6 +114,21 @@ def test_a_mixed_poll_keeps_its_order_and_each_rows_own_fields() -> None:
         ("single", ["e2"], None, None, SOURCE, None)]
     assert [r["body"] for r in rows] == [body_of(f"e{n}") for n in range(3)]
     assert (rows[0]["headers"], rows[1]["subscription_id"], rows[1]["key"]) == (None, None, b"ep_1")
+
+
+def test_the_start_up_heap_is_kept_out_of_full_collections() -> None:
+    gc.unfreeze()
+    made_before = [object()]
+    try:
+        freeze_startup_heap()
+        made_after = [object()]
+        # This test session's modules alone are tens of thousands of tracked objects.
+        assert gc.get_freeze_count() > 10_000
+        collected = [o for generation in range(3) for o in gc.get_objects(generation)]
+        assert not any(o is made_before for o in collected)
+        assert any(o is made_after for o in collected)
+    finally:
+        gc.unfreeze()
 
 
 # ---- sender processes against the real stack ----
