@@ -12,9 +12,15 @@ events from event topics (no registry, no log, no retries, no audit).
 - ``steady``: ``--rates`` records/s for ``--steady-seconds`` after a primed start: latency
   from the event's ``time`` (stamped as it is produced) to its arrival, p50/p99;
 - ``backlog``: ``--backlog-events`` produced first, then the system started: deliveries/s
-  from its start to its last arrival, with 1 and 2 sender processes.
+  from its start to its last arrival, with ``--backlog-processes`` sender processes (1 and
+  2), and the sender processes' CPU per request: their user + system time (every thread:
+  librdkafka's, the recorder's) from the first arrival to the last, over the requests
+  that arrived in between — the least noisy figure on a shared machine.
+
+``--scenarios`` picks either or both.
 
 Run from bench/: ../.venv/bin/python senders.py --runs 1 --rates 300,1000,5000
+(or ``--scenarios backlog --backlog-processes 1``)
 It starts its own stack under bench/results/senders-state and stops it at the end.
 """
 
@@ -26,6 +32,7 @@ import math
 import multiprocessing
 import os
 import statistics
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -87,7 +94,7 @@ def router_for(bench: targets.Bench, tag: str) -> WorkRouter:
 
 
 @contextmanager
-def senders(bench: targets.Bench, router: WorkRouter, tag: str, processes: int) -> Iterator[targets.Running]:
+def senders(bench: targets.Bench, router: WorkRouter, tag: str, processes: int) -> Iterator[tuple[targets.Running, "CpuSampler"]]:
     os.environ.update({
         "WAYLINE_STATE_DIR": str(bench.settings.state_dir),
         "WAYLINE_DELIVERY__WORK_TOPIC": router.topic,
@@ -101,7 +108,46 @@ def senders(bench: targets.Bench, router: WorkRouter, tag: str, processes: int) 
     })
     with running_senders(Settings()) as pids:
         alive = lambda: all(os.path.exists(f"/proc/{pid}") for pid in pids)  # noqa: E731
-        yield targets.Running(targets.ReceiverArrivals(bench.receiver_url, f"/{tag}/"), alive, lambda: None)
+        with CpuSampler(pids) as cpu:
+            yield targets.Running(targets.ReceiverArrivals(bench.receiver_url, f"/{tag}/"), alive, lambda: None), cpu
+
+
+class CpuSampler:
+    """The processes' user + system CPU seconds (all threads), sampled every 50 ms with the time."""
+
+    def __init__(self, pids: list[int]) -> None:
+        self._pids = pids
+        self._tick = os.sysconf("SC_CLK_TCK")
+        self.samples: list[tuple[float, float]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> CpuSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.05):
+            total = 0.0
+            for pid in self._pids:
+                try:
+                    with open(f"/proc/{pid}/stat") as stat:
+                        # Fields after the command (which may hold spaces): utime, stime are 14th, 15th.
+                        fields = stat.read().rsplit(")", 1)[1].split()
+                except FileNotFoundError:
+                    return
+                total += (int(fields[11]) + int(fields[12])) / self._tick
+            self.samples.append((time.time(), total))
+
+    def between(self, start: float, end: float) -> float:
+        """CPU seconds used between the samples nearest ``start`` and ``end``."""
+        def at(when: float) -> float:
+            return min(self.samples, key=lambda sample: abs(sample[0] - when))[1]
+        return at(end) - at(start)
 
 
 @contextmanager
@@ -126,7 +172,7 @@ def steady(bench: targets.Bench, system: str, tag: str, rate: float) -> dict[str
             targets.wait_for(started, targets.PRIME_EVENTS + marks[0]["sent"])
     else:
         router = router_for(bench, tag)
-        with senders(bench, router, tag, 1) as started:
+        with senders(bench, router, tag, 1) as (started, _cpu):
             prime = Producer({"bootstrap.servers": bootstrap})
             for record in loadgen.EventFactory(run_id=f"{tag}p").records(targets.PRIME_EVENTS):
                 router(prime, record)
@@ -165,11 +211,16 @@ def backlog(bench: targets.Bench, system: str, tag: str, events: int) -> dict[st
             producer.poll(0)
         producer.flush(120)
         began = time.time()
-        with senders(bench, router, tag, int(system.removeprefix("senders"))) as started:
+        with senders(bench, router, tag, int(system.removeprefix("senders"))) as (started, cpu):
             totals = targets.wait_for(started, events)
+            time.sleep(0.1)  # a sample after the last arrival
+        # Requests that arrived after the first one: the CPU between is theirs.
+        cpu_us = cpu.between(totals["first_at"], totals["last_at"]) / (totals["events"] - 1) * 1e6
     wall = totals["last_at"] - began
+    first_to_last = totals["last_at"] - totals["first_at"]
     return {"system": system, "measure": f"backlog {events:,}", "wall_s": wall, "events_per_s": totals["events"] / wall,
-            "to_retry": handed_over(bench)}
+            "first_to_last_per_s": totals["events"] / first_to_last if first_to_last > 0 else None,
+            "to_retry": handed_over(bench)} | ({} if system == "plain" else {"cpu_us_per_request": cpu_us})
 
 
 def run_all(settings: Settings, database: Database, args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -181,12 +232,13 @@ def run_all(settings: Settings, database: Database, args: argparse.Namespace) ->
     results: list[dict[str, Any]] = []
     try:
         for run in range(args.runs):
-            for rate in args.rates:
+            for rate in args.rates if "steady" in args.scenarios else ():
                 for system in ("plain", "senders"):
                     tag = f"r{run}{system}{int(rate)}"
                     results.append(steady(bench, system, tag, rate) | {"run": run})
                     print(json.dumps(results[-1]), flush=True)
-            for system in ("plain", "senders1", "senders2"):
+            systems = ["plain", *(f"senders{n}" for n in args.backlog_processes)] if "backlog" in args.scenarios else []
+            for system in systems:
                 results.append(backlog(bench, system, f"b{run}{system}", args.backlog_events) | {"run": run})
                 print(json.dumps(results[-1]), flush=True)
     finally:
@@ -198,13 +250,15 @@ def table(results: list[dict[str, Any]]) -> str:
     rows = {}
     for result in results:
         rows.setdefault((result["measure"], result["system"]), []).append(result)
-    lines = ["| measure | system | p50 s | p99 s | deliveries/s | runs |", "| --- | --- | --- | --- | --- | --- |"]
+    lines = ["| measure | system | p50 s | p99 s | deliveries/s | first to last /s | CPU µs/request | runs |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for (measure, system), found in rows.items():
         def median(key: str) -> str:
             values = [r[key] for r in found if r.get(key) is not None]
-            return f"{statistics.median(values):.3g}" if values else "—"
+            return f"{statistics.median(values):.4g}" if values else "—"
         lines.append(f"| {measure} | {system} | {median('latency_p50_s')} | {median('latency_p99_s')} | "
-                     f"{median('events_per_s')} | {len(found)} |")
+                     f"{median('events_per_s')} | {median('first_to_last_per_s')} | {median('cpu_us_per_request')} | "
+                     f"{len(found)} |")
     return "\n".join(lines)
 
 
@@ -215,6 +269,8 @@ def main() -> None:
     parser.add_argument("--steady-seconds", type=float, default=30)
     parser.add_argument("--warmup-s", type=float, default=2.0)
     parser.add_argument("--backlog-events", type=int, default=100_000)
+    parser.add_argument("--backlog-processes", type=lambda t: [int(n) for n in t.split(",")], default=[1, 2])
+    parser.add_argument("--scenarios", type=lambda t: t.split(","), default=["steady", "backlog"])
     args = parser.parse_args()
     with fresh_stack(RESULTS / "senders-state", registry={"url_allow_list": ["127.0.0.1/32"]}) as (settings, database):
         results = run_all(settings, database, args)

@@ -68,6 +68,33 @@ def test_connections_are_kept_alive_and_reused(client: HttpClientName) -> None:
     assert len(peers) == 5 and len(set(peers)) == 1
 
 
+@pytest.mark.parametrize("chunked", [False, True], ids=["declared-length", "chunked"])
+def test_a_body_comes_back_whole_whether_its_length_is_declared_or_chunked(client: HttpClientName,
+                                                                         chunked: bool) -> None:
+    peers: list[object] = []
+
+    async def hook(request: web.Request) -> web.StreamResponse:
+        peers.append(request.transport.get_extra_info("peername") if request.transport else None)
+        if not chunked:
+            return web.Response(status=200, body=b"accepted: 3 parts")
+        response = web.StreamResponse(status=200)
+        response.enable_chunked_encoding()
+        await response.prepare(request)
+        for part in (b"accepted: ", b"3 ", b"parts"):
+            await response.write(part)
+        await response.write_eof()
+        return response
+
+    async def scenario() -> list[Response]:
+        async with serve({"/hook": hook}) as base, loopback(client) as http:
+            return [await http.send(post(f"{base}/hook")) for _ in range(3)]
+
+    results = asyncio.run(scenario())
+    assert [(r.status, r.body) for r in results if isinstance(r, Response)] == [(200, b"accepted: 3 parts")] * 3
+    assert all(("content-length" in r.headers) is not chunked for r in results if isinstance(r, Response))
+    assert len(peers) == 3 and len(set(peers)) == 1
+
+
 def test_redirects_are_not_followed(client: HttpClientName) -> None:
     async def moved(request: web.Request) -> web.Response:
         raise web.HTTPFound("/elsewhere")

@@ -4,6 +4,7 @@ restart, a subscription disabled or deleted between routing and sending."""
 
 from __future__ import annotations
 
+import gc
 import os
 import re
 import signal
@@ -33,7 +34,15 @@ from wayline.core.settings import Settings
 from wayline.delivery import work
 from wayline.delivery.signing import message_id
 from wayline.delivery.storage.store import DeliveryLogEntry, RetryEntry
-from wayline.pipelines.senders import BAD_RECORD, MAX_BATCH, SENDER_COMMAND, decode, running_senders
+from wayline.pipelines.send_step import WORK_ARROW_SCHEMA
+from wayline.pipelines.senders import (
+    BAD_RECORD,
+    MAX_BATCH,
+    SENDER_COMMAND,
+    decode,
+    freeze_startup_heap,
+    running_senders,
+)
 from wayline.registry import catalog, customer, subscription
 from wayline.registry.access import ADMIN
 from wayline.registry.endpoint import EndpointIn, EndpointService
@@ -90,6 +99,36 @@ def test_a_record_breaking_the_contract_is_quarantined_with_its_reason(
     assert (added[REASON_HEADER], added[SOURCE_OFFSET_HEADER]) == (BAD_RECORD.encode(), b"7")
     # The original headers travel with the copy, in front of the quarantine's.
     assert [(h["key"], h["value"]) for h in quarantined["headers"][:len(headers)]] == headers
+
+
+def test_a_mixed_poll_keeps_its_order_and_each_rows_own_fields() -> None:
+    records = [Message(topic="work", partition=0, offset=n, key=b"ep_1", value=body_of(f"e{n}"),
+                       headers=headers_for("sub_1", "ep_1", f"e{n}", version=2) if n != 1 else [(work.KIND, b"single")])
+               for n in range(3)]
+    decoded = decode(records, QUARANTINE)
+    assert decoded.work.schema == WORK_ARROW_SCHEMA
+    assert (decoded.bad, decoded.version, decoded.subscriptions) == (1, 2, {"sub_1"})
+    rows = decoded.work.to_pylist()
+    assert [(r["kind"], r["event_ids"], r["topic"], r["reason"], r["source"], r["events"]) for r in rows] == [
+        ("single", ["e0"], None, None, SOURCE, None), ("record", None, QUARANTINE, BAD_RECORD, None, None),
+        ("single", ["e2"], None, None, SOURCE, None)]
+    assert [r["body"] for r in rows] == [body_of(f"e{n}") for n in range(3)]
+    assert (rows[0]["headers"], rows[1]["subscription_id"], rows[1]["key"]) == (None, None, b"ep_1")
+
+
+def test_the_start_up_heap_is_kept_out_of_full_collections() -> None:
+    gc.unfreeze()
+    made_before = [object()]
+    try:
+        freeze_startup_heap()
+        made_after = [object()]
+        # This test session's modules alone are tens of thousands of tracked objects.
+        assert gc.get_freeze_count() > 10_000
+        collected = [o for generation in range(3) for o in gc.get_objects(generation)]
+        assert not any(o is made_before for o in collected)
+        assert any(o is made_after for o in collected)
+    finally:
+        gc.unfreeze()
 
 
 # ---- sender processes against the real stack ----

@@ -48,14 +48,16 @@ def pair_record(subscription_id: str, event_id: str) -> str:
 
 
 def audit_event(kind: str, record: str, outcome: str | None, event_id: str | None, topic: str | None,
-                at: datetime) -> bytes:
-    """One audit CloudEvent; its id names the unit and the outcome, so a replay repeats it."""
-    data: dict[str, object] = {"record": record, "event_id": event_id, "event_time": at.isoformat(), "topic": topic}
+                at: datetime | str) -> bytes:
+    """One audit CloudEvent; its id names the unit and the outcome, so a replay repeats it.
+    ``at`` may come already in ISO 8601 (the same instant for a whole batch of outcomes)."""
+    when = at if isinstance(at, str) else at.isoformat()
+    data: dict[str, object] = {"record": record, "event_id": event_id, "event_time": when, "topic": topic}
     if outcome is not None:
         data["outcome"] = outcome
     return orjson.dumps({
         "specversion": "1.0", "id": f"{kind}:{record}" + (f":{outcome}" if outcome else ""), "source": SOURCE,
-        "type": event_type(kind), "tenantid": TENANT, "time": at.isoformat(), "data": data,
+        "type": event_type(kind), "tenantid": TENANT, "time": when, "data": data,
     })
 
 
@@ -73,6 +75,7 @@ def outcome_events(states: Iterable[State], topics: Mapping[str, str], otherwise
     """(key, value) of the outcome record of every event in the states that are final;
     ``topics`` gives each event id's Kafka topic where known, ``otherwise`` the rest's."""
     events = []
+    when = at.isoformat()
     for state in states:
         final = final_outcome(state)
         if final is None:
@@ -81,7 +84,7 @@ def outcome_events(states: Iterable[State], topics: Mapping[str, str], otherwise
         for event_id in pending.event_ids:
             record = pair_record(pending.subscription_id, event_id)
             events.append((record.encode(), audit_event(OUTCOMES, record, outcome, event_id,
-                                                           topics.get(event_id, otherwise), at)))
+                                                           topics.get(event_id, otherwise), when)))
     return events
 
 

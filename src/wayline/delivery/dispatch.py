@@ -205,7 +205,8 @@ class Dispatcher:
 
     def _gate(self, endpoint: Endpoint) -> _Gate:
         gate = self._gates.get(endpoint.id)
-        if gate is None or gate.limits != endpoint.limits:
+        # The same limits object is the common case: no field-by-field comparison per request.
+        if gate is None or (gate.limits is not endpoint.limits and gate.limits != endpoint.limits):
             # New or changed limits apply to requests from now on; requests already
             # waiting finish under the old ones.
             limits = endpoint.limits

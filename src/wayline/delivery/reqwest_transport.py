@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import socket
+import sys
 from dataclasses import dataclass
 from datetime import timedelta
 from types import TracebackType
@@ -115,16 +116,18 @@ class ReqwestTransport:
         limit = self._settings.max_response_bytes
         builder = (
             client.post(request.endpoint.url)
-            .headers(dict(request.headers))
+            .headers(request.headers)
             .body_bytes(request.body)
             .timeout(timedelta(seconds=timeout_s))
             .streamed_read_buffer_limit(max(limit, 1))
         )
         async with builder.build_streamed() as response:
-            body = await _read_capped(response.body_reader, limit)
+            # A HeaderMap's names are lower-case already (the http crate's HeaderName).
+            headers = dict(response.headers.items())
+            body = await _read_capped(response.body_reader, min(limit, _declared_length(headers)))
             return Response(
                 status=response.status,
-                headers={name.lower(): value for name, value in response.headers.items()},
+                headers=headers,
                 body=body,
                 elapsed_s=asyncio.get_running_loop().time() - started,
             )
@@ -172,8 +175,17 @@ class ReqwestTransport:
         return builder.resolve(host, address, 0).build()
 
 
+def _declared_length(headers: dict[str, str]) -> int:
+    """The body's ``content-length``, or no bound when it has none (chunked)."""
+    length = headers.get("content-length", "")
+    return int(length) if length.isascii() and length.isdigit() else sys.maxsize
+
+
 async def _read_capped(reader: ResponseBodyReader, limit: int) -> bytes:
-    """At most ``limit`` bytes of the body: enough for an error message or a token."""
+    """At most ``limit`` bytes of the body: enough for an error message or a token. A body
+    whose length was declared is read up to it and no further: one read less per request
+    than reading until the stream says it ended (hyper keeps the connection alive as soon
+    as the declared length is read, and refuses a body shorter than declared)."""
     chunks: list[bytes] = []
     remaining = limit
     while remaining > 0:

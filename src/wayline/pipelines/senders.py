@@ -29,6 +29,7 @@ for the process's life. Nothing here loads Spark.
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import os
 import signal
@@ -116,39 +117,63 @@ class Decoded:
 def decode(records: Sequence[Message], quarantine_topic: str) -> Decoded:
     """``records`` of the work topic as work rows; each one that breaks the contract
     becomes its quarantine copy (the original key, value and headers, plus why)."""
-    rows: list[dict[str, object]] = []
-    version, subscriptions, bad = 0, set(), 0
+    # Built column by column: a dict per row and pyarrow's inference over them cost more
+    # than the rest of the decoding.
+    columns: dict[str, list[object]] = {name: [] for name in WORK_ARROW_SCHEMA.names}
+    kind, subscription_id, endpoint_id = columns["kind"], columns["subscription_id"], columns["endpoint_id"]
+    event_ids, body, topic, key = columns["event_ids"], columns["body"], columns["topic"], columns["key"]
+    headers_column, reason, source = columns["headers"], columns["reason"], columns["source"]
+    versions: set[str] = set()
+    subscriptions: set[str] = set()
+    bad = 0
     for record in records:
-        raw = list(record.headers() or ())
+        raw = record.headers() or ()
         headers, problem = _headers(raw)
         value = record.value()
         if problem is None and value is None:
             problem = "the record has no value (the request body)"
-        if problem is not None:
+        if problem is None:
+            versions.add(headers[work.VERSION])
+            subscriptions.add(headers[work.SUBSCRIPTION])
+            kind.append("single")
+            subscription_id.append(headers[work.SUBSCRIPTION])
+            endpoint_id.append(headers[work.ENDPOINT])
+            event_ids.append((headers[work.EVENT],))
+            source.append(headers[work.SOURCE])
+            topic.append(None)
+            key.append(None)
+            headers_column.append(None)
+            reason.append(None)
+        else:
             bad += 1
-            rows.append({
-                "kind": "record", "topic": quarantine_topic, "key": record.key(), "body": value, "reason": BAD_RECORD,
-                "headers": [{"key": k, "value": v} for k, v in raw] + [
-                    {"key": name, "value": text.encode()} for name, text in (
-                        (REASON_HEADER, BAD_RECORD), (DETAIL_HEADER, problem), (SOURCE_TOPIC_HEADER, record.topic()),
-                        (SOURCE_PARTITION_HEADER, str(record.partition())), (SOURCE_OFFSET_HEADER, str(record.offset())),
-                    )],
-            })
-            continue
-        version = max(version, int(headers[work.VERSION]))
-        subscriptions.add(headers[work.SUBSCRIPTION])
-        rows.append({
-            "kind": "single", "subscription_id": headers[work.SUBSCRIPTION], "endpoint_id": headers[work.ENDPOINT],
-            "event_ids": [headers[work.EVENT]], "body": value, "source": headers[work.SOURCE],
-        })
-    return Decoded(pa.RecordBatch.from_pylist(rows, schema=WORK_ARROW_SCHEMA), version, frozenset(subscriptions), bad)
+            kind.append("record")
+            subscription_id.append(None)
+            endpoint_id.append(None)
+            event_ids.append(None)
+            source.append(None)
+            topic.append(quarantine_topic)
+            key.append(record.key())
+            headers_column.append([{"key": k, "value": v} for k, v in raw] + [
+                {"key": name, "value": text.encode()} for name, text in (
+                    (REASON_HEADER, BAD_RECORD), (DETAIL_HEADER, problem), (SOURCE_TOPIC_HEADER, record.topic()),
+                    (SOURCE_PARTITION_HEADER, str(record.partition())), (SOURCE_OFFSET_HEADER, str(record.offset())),
+                )])
+            reason.append(BAD_RECORD)
+        body.append(value)
+    columns["events"] = [None] * len(records)
+    batch = pa.RecordBatch.from_arrays(
+        [pa.array(columns[field.name], type=field.type) for field in WORK_ARROW_SCHEMA], schema=WORK_ARROW_SCHEMA)
+    return Decoded(batch, max(map(int, versions), default=0), frozenset(subscriptions), bad)
+
+
+_WANTED = frozenset(_REQUIRED)
 
 
 def _headers(raw: Sequence[tuple[str, bytes | None]]) -> tuple[dict[str, str], str | None]:
     """The contract's headers as text, or why they are not usable."""
     headers: dict[str, str] = {}
     for name, value in raw:
-        if name not in _REQUIRED:
+        if name not in _WANTED:
             continue
         if value is None:
             return headers, f"header {name} has no value"
@@ -156,8 +181,8 @@ def _headers(raw: Sequence[tuple[str, bytes | None]]) -> tuple[dict[str, str], s
             headers[name] = value.decode()
         except UnicodeDecodeError:
             return headers, f"header {name} is not UTF-8"
-    missing = [name for name in _REQUIRED if not headers.get(name)]
-    if missing:
+    if len(headers) < len(_REQUIRED) or not all(headers.values()):
+        missing = [name for name in _REQUIRED if not headers.get(name)]
         return headers, "missing header(s): " + ", ".join(missing)
     if headers[work.KIND] != "single":
         return headers, f"{work.KIND} is {headers[work.KIND]!r}: a sender process sends 'single' requests only"
@@ -317,9 +342,21 @@ def ensure_work_topics(settings: Settings) -> None:
         ensure_topics(bootstrap, [settings.audit.outcomes_topic], settings.kafka.topic_partitions)
 
 
+def freeze_startup_heap() -> None:
+    """Keep what start-up made (modules, pools, the registry snapshot: over 150,000 objects)
+    out of the cyclic garbage collector's full collections. Each stage leaves tens of
+    thousands of objects that lived through it, so full collections come every stage or
+    two, and walking the start-up heap each time was a large share of the CPU per request
+    (docs/benchmarks.md, "The sender processes' CPU per request"). Frozen objects are still
+    freed when nothing refers to them; only a reference cycle among them outlives its use."""
+    gc.collect()
+    gc.freeze()
+
+
 def run_sender(settings: Settings, database: Database, metrics: DeliveryMetrics, stop: threading.Event) -> None:
     """Run one sender process's loop until ``stop``; then finish, commit and close."""
     sender = Sender(settings, database, metrics)
+    freeze_startup_heap()
     try:
         sender.run(stop)
     finally:
@@ -357,5 +394,5 @@ def running_senders(settings: Settings) -> Iterator[list[int]]:
 
 __all__ = [
     "BAD_RECORD", "FIRST_WAIT_S", "MAX_BATCH", "SENDER_COMMAND", "Decoded", "Sender", "SenderSnapshot", "decode",
-    "ensure_work_topics", "load_sender_snapshot", "run_sender", "running_senders",
+    "ensure_work_topics", "freeze_startup_heap", "load_sender_snapshot", "run_sender", "running_senders",
 ]
