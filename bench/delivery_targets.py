@@ -373,19 +373,31 @@ def start_senders(bench: Bench, prefix: str, tag: str, mode: Mode) -> Running:
     endpoints = EndpointService.from_settings(settings)
     bench.trust(seed(bench.database, endpoints, bench.receiver_url, shape(mode, tag)).secrets)
     shutil.rmtree(settings.checkpoint_root / "delivery", ignore_errors=True)  # the last measurement's topics
+    # No retry path runs here: an endpoint cut as a straggler would wait for one.
+    alive, stop, pid = senders_process(settings, tag, {
+        "WAYLINE_DELIVERY__STRAGGLER_CUT_S": str(settings.delivery.stage_deadline_s)})
+    return Running(ReceiverArrivals(bench.receiver_url, f"/{tag}/"), alive, stop, pid)
+
+
+def senders_process(settings: Settings, tag: str, more: dict[str, str],
+                    log: Path | None = None) -> tuple[Callable[[], bool], Callable[[], None], int]:
+    """``wayline run delivery`` with the senders engine as a process, on ``settings``' stack,
+    event topics, batch topic and delivery flags, with a work topic and sender group of its
+    own (``tag``); ``more`` adds settings as environment variables. Its output goes to
+    ``log`` (default: nowhere). Returns ``alive`` (raising if it failed), ``stop`` and its pid."""
     delivery = settings.delivery
     env = {
         **os.environ, "WAYLINE_STATE_DIR": str(settings.state_dir), "WAYLINE_DELIVERY__ENGINE": "senders",
         "WAYLINE_REGISTRY__URL_ALLOW_LIST": json.dumps(settings.registry.url_allow_list),
-        "WAYLINE_KAFKA__EVENT_TOPIC_PREFIX": prefix, "WAYLINE_DELIVERY__BATCH_TOPIC": delivery.batch_topic,
+        "WAYLINE_KAFKA__EVENT_TOPIC_PREFIX": settings.kafka.event_topic_prefix,
+        "WAYLINE_DELIVERY__BATCH_TOPIC": delivery.batch_topic,
         "WAYLINE_DELIVERY__WORK_TOPIC": f"wayline.bench.{tag}.work", "WAYLINE_DELIVERY__SENDER_GROUP": tag,
         "WAYLINE_DELIVERY__METRICS_PORT": "0", "WAYLINE_DELIVERY__MAX_OFFSETS_PER_TRIGGER": str(delivery.max_offsets_per_trigger),
-        "WAYLINE_DELIVERY__STAGE_DEADLINE_S": str(delivery.stage_deadline_s),
-        # No retry path runs here: an endpoint cut as a straggler would wait for one.
-        "WAYLINE_DELIVERY__STRAGGLER_CUT_S": str(delivery.stage_deadline_s),
+        "WAYLINE_DELIVERY__STAGE_DEADLINE_S": str(delivery.stage_deadline_s), **more,
     }
+    output = log.open("wb") if log is not None else subprocess.DEVNULL
     process = subprocess.Popen([sys.executable, "-m", "wayline.cli.main", "run", "delivery"], env=env,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                               stdout=output, stderr=subprocess.STDOUT)
 
     def stop() -> None:
         process.send_signal(signal.SIGINT)
@@ -400,7 +412,7 @@ def start_senders(bench: Bench, prefix: str, tag: str, mode: Mode) -> Running:
             raise RuntimeError(f"wayline run delivery exited with {process.returncode}")
         return process.poll() is None
 
-    return Running(ReceiverArrivals(bench.receiver_url, f"/{tag}/"), alive, stop, process.pid)
+    return alive, stop, process.pid
 
 
 STARTERS: dict[str, Callable[[Bench, str, str, Mode], Running]] = {
@@ -622,22 +634,31 @@ def main() -> None:
 
 
 def run_all(settings: Settings, database: Database, args: argparse.Namespace) -> list[dict[str, Any]]:
+    results: list[dict[str, Any]] = []
+    with bench_session(settings, database, args) as bench:
+        for run in range(args.runs):
+            for scenario in (s for s in SCENARIOS if s in args.scenarios.split(",")):
+                results += one_round(bench, run, scenario)
+    return results
+
+
+@contextmanager
+def bench_session(settings: Settings, database: Database, args: argparse.Namespace,
+                  spark: bool = True) -> Iterator[Bench]:
+    """The receiver process and (unless ``spark`` is false: no system in this process needs
+    it) the Spark session, stopped on the way out."""
     # The receiver is forked before the Spark JVM starts; later processes are spawned.
     port_in, port_out = multiprocessing.Pipe(duplex=False)
     secrets_in, secrets_out = multiprocessing.Pipe(duplex=False)
     receiver = multiprocessing.Process(target=receive, args=(port_out, secrets_in), daemon=True)
     receiver.start()
-    spark = spark_session(settings)
-    bench = Bench(spark, settings, database, f"http://127.0.0.1:{port_in.recv()}", secrets_out.send, args)
-    results: list[dict[str, Any]] = []
+    session = spark_session(settings) if spark else None
     try:
-        for run in range(args.runs):
-            for scenario in (s for s in SCENARIOS if s in args.scenarios.split(",")):
-                results += one_round(bench, run, scenario)
+        yield Bench(session, settings, database, f"http://127.0.0.1:{port_in.recv()}", secrets_out.send, args)
     finally:
-        spark.stop()
+        if session is not None:
+            session.stop()
         receiver.kill()
-    return results
 
 
 if __name__ == "__main__":
