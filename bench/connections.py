@@ -35,6 +35,7 @@ from typing import Any
 from delivery import stats
 from delivery_targets import SYSTEMS, Bench, ReceiverArrivals, bench_session, rate_run
 from fresh_stack import fresh_stack, machine
+from wayline.core.settings import Settings
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -100,7 +101,10 @@ def main() -> None:
     args.batch_per_trigger = None  # streaming only
 
     results = []
-    with (fresh_stack(RESULTS / "connections-state", registry={"url_allow_list": ["127.0.0.1/32"]})
+    # No retry path runs here: a request cut as a straggler would wait for one (as in
+    # delivery_targets' senders system), so only the stage deadline cuts.
+    cut = {"straggler_cut_s": args.deadline or Settings().delivery.stage_deadline_s}
+    with (fresh_stack(RESULTS / "connections-state", registry={"url_allow_list": ["127.0.0.1/32"]}, delivery=cut)
           as (settings, database),
           bench_session(settings, database, args, spark="job" in systems) as bench):
         for run in range(args.runs):
