@@ -1,6 +1,8 @@
 """Benchmark: does a failing or hanging endpoint slow anyone else down?
 
-Two registries of ``--endpoints`` endpoints each, one event type each, every endpoint
+Per delivery engine (``--engines``: ``micro_batch``, the delivery job in this process's
+Spark session; ``senders``, ``wayline run delivery`` with ``delivery.engine = "senders"``
+as its own process, as an operator starts it), two registries of ``--endpoints`` endpoints each, one event type each, every endpoint
 subscribed (streaming mode) to its own tenant, so each event goes to exactly one
 endpoint. In the *healthy* scenario every endpoint answers 204; in the *faulty* one 5%
 answer 500 and 5% hang (never answer). Both scenarios run in the same session, on the
@@ -20,7 +22,7 @@ Per scenario, fresh topics:
 
 The receiver is its own process (aiohttp, one path per endpoint); it does not verify
 signatures here (bench/delivery.py does), to keep its CPU share small.
-Run: .venv/bin/python bench/delivery_failures.py [--endpoints 2000] [--backlog 20000]
+Run: .venv/bin/python bench/delivery_failures.py [--endpoints 2000] [--backlog 20000] [--engines senders,micro_batch]
 It starts its own stack under bench/results/delivery_failures-state and stops it at the end.
 """
 
@@ -32,11 +34,14 @@ import json
 import multiprocessing
 import os
 import random
+import shutil
 import signal
 import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +49,7 @@ import orjson
 from aiohttp import web
 from confluent_kafka import Producer
 
+from delivery_targets import senders_process
 from fresh_stack import fresh_stack, machine
 from wayline.core.kafka import ensure_topics
 from wayline.core.settings import Settings
@@ -61,6 +67,7 @@ PER_CUSTOMER = 100
 # job's first micro-batch loads the snapshot and starts Python workers).
 STALL_S = 60.0
 FIRST_ARRIVAL_S = 600.0
+ENGINES = ("micro_batch", "senders")
 
 
 def receive(port_out: Any) -> None:
@@ -164,14 +171,50 @@ def produce(bootstrap: str, topic: str, event_type: str, scenario: str, phase: s
     producer.flush(60)
 
 
-def wait_for(receiver: str, phase: str, expected: int, job: Any) -> dict[str, Any]:
+@dataclass
+class Delivering:
+    """A started engine: ``alive`` (raising if it failed), ``stop``, and its own figures."""
+
+    alive: Callable[[], bool]
+    stop: Callable[[], None]
+    figures: Callable[[], dict[str, Any]] = dict
+
+
+def start_engine(engine: str, spark: Any, settings: Settings, database: Database, scenario: str) -> Delivering:
+    """The delivery job for ``settings`` under ``engine``; both read the scenario's fresh topics."""
+    if engine == "senders":
+        # The matching query's checkpoint is the engine's own, named by neither topic nor scenario.
+        shutil.rmtree(settings.checkpoint_root / "delivery", ignore_errors=True)
+        # This bench runs one retry process for every scenario (start_retry_process).
+        commands = senders_process(
+            settings, scenario, {"WAYLINE_DELIVERY__OPERATIONS_TOPIC": settings.delivery.operations_topic},
+            retries=False, log=settings.state_dir / f"{scenario}-delivery.log")
+        return Delivering(commands.alive, commands.stop)
+    metrics = DeliveryMetrics()
+    job = start_delivery(spark, settings, database, EndpointService.from_settings(settings), metrics,
+                         checkpoint=settings.state_dir / "checkpoints" / scenario / "delivery")
+
+    def alive() -> bool:
+        if job.exception() is not None:
+            raise RuntimeError(f"the delivery job failed: {job.exception()}")
+        return job.isActive
+
+    def figures() -> dict[str, Any]:
+        totals = metrics.totals()
+        return {"micro_batches": totals.batches,
+                "phase_seconds": {phase: round(s, 1) for phase, s in totals.phase_seconds.most_common()}}
+
+    return Delivering(alive, job.stop, figures)
+
+
+def wait_for(receiver: str, phase: str, expected: int, delivering: Delivering) -> dict[str, Any]:
     seen, moved_at = 0, time.time()
     while True:
         got = phase_stats(receiver, phase)
         patience = STALL_S if seen else FIRST_ARRIVAL_S
-        if got["count"] >= expected or time.time() - moved_at > patience or not job.isActive:
-            if not job.isActive:
-                raise RuntimeError(f"the delivery job stopped during phase {phase}: {job.exception()}")
+        if got["count"] >= expected or time.time() - moved_at > patience or not delivering.alive():
+            if not delivering.alive():
+                raise RuntimeError(f"the delivery job stopped during phase {phase}")
             if not got["count"]:
                 raise RuntimeError(f"nothing of phase {phase} arrived in {patience:g} s")
             return got
@@ -180,17 +223,16 @@ def wait_for(receiver: str, phase: str, expected: int, job: Any) -> dict[str, An
         time.sleep(1.0)
 
 
-def scenario_run(spark: Any, base: Settings, database: Database, receiver: str, scenario: str, faulty: bool,
-                 args: argparse.Namespace) -> dict[str, Any]:
+def scenario_run(spark: Any, base: Settings, database: Database, receiver: str, engine: str, scenario: str,
+                 faulty: bool, args: argparse.Namespace) -> dict[str, Any]:
     rng = random.Random(7)
     shape = kinds(args.endpoints, faulty, rng)
     prefix = f"events.{scenario}."
     settings = base.model_copy(update={
-        "kafka": base.kafka.model_copy(update={"event_topic_prefix": prefix,
-                                               "max_offsets_per_trigger": args.per_trigger}),
+        "kafka": base.kafka.model_copy(update={"event_topic_prefix": prefix}),
         "delivery": base.delivery.model_copy(update={
             "batch_topic": f"bench.{scenario}.batching", "operations_topic": f"bench.{scenario}.operations",
-            "stage_deadline_s": args.deadline, "metrics_port": 0}),
+            "stage_deadline_s": args.deadline, "max_offsets_per_trigger": args.per_trigger, "metrics_port": 0}),
     })
     topic = f"{prefix}events"
     ensure_topics(settings.kafka_bootstrap(), [topic], settings.kafka.topic_partitions)
@@ -199,12 +241,9 @@ def scenario_run(spark: Any, base: Settings, database: Database, receiver: str, 
     rng.shuffle(warmup)
     backlog = [rng.randrange(args.endpoints) for _ in range(args.backlog)]
     produce(settings.kafka_bootstrap(), topic, event_type, scenario, scenario + "w", warmup, None)
-    root = base.state_dir / "checkpoints" / scenario
-    metrics = DeliveryMetrics()
-    job = start_delivery(spark, settings, database, EndpointService.from_settings(settings), metrics,
-                         checkpoint=root / "delivery")
-    result: dict[str, Any] = {"scenario": scenario, "faulty": faulty, "endpoints": args.endpoints,
-                              "healthy_endpoints": shape.count("ok")}
+    job = start_engine(engine, spark, settings, database, scenario)
+    result: dict[str, Any] = {"engine": engine, "scenario": scenario, "faulty": faulty, "cold": not args.warmup,
+                              "endpoints": args.endpoints, "healthy_endpoints": shape.count("ok")}
     try:
         if warmup:
             wait_for(receiver, scenario + "w", sum(1 for n in warmup if shape[n] == "ok"), job)
@@ -224,12 +263,10 @@ def scenario_run(spark: Any, base: Settings, database: Database, receiver: str, 
                    "steady_healthy_repeats": got["repeats"],
                    "steady_p50_s": statistics.median(latencies),
                    "steady_p99_s": latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))]}
-        assert job.exception() is None, job.exception()
+        job.alive()
     finally:
         job.stop()
-    totals = metrics.totals()
-    result |= {"micro_batches": totals.batches,
-               "phase_seconds": {phase: round(s, 1) for phase, s in totals.phase_seconds.most_common()}}
+    result |= job.figures() | {"load_average": os.getloadavg()}
     print(json.dumps(result), flush=True)
     return result
 
@@ -271,7 +308,10 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=1)
     parser.add_argument("--warmup", type=int, default=1, help="untimed events per endpoint before the backlog")
     parser.add_argument("--settle", type=float, default=20.0, help="seconds after the warm-up before timing")
+    parser.add_argument("--engines", default="micro_batch", help=f"delivery.engine, some of {','.join(ENGINES)}")
     args = parser.parse_args()
+    if set(args.engines.split(",")) - set(ENGINES):
+        parser.error(f"--engines takes some of {','.join(ENGINES)}")
 
     state = RESULTS / "delivery_failures-state"
     with fresh_stack(state, registry={"url_allow_list": ["127.0.0.1/32"]}) as (settings, database):
@@ -288,16 +328,20 @@ def run_all(settings: Settings, database: Database, args: argparse.Namespace) ->
     receiver_process.start()
     receiver = f"http://127.0.0.1:{port_in.recv()}"
     retries = start_retry_process(settings, args.deadline)
-    spark = spark_session(settings)
+    engines = args.engines.split(",")
+    # The senders engine runs its own Spark, in `wayline run delivery`.
+    spark = spark_session(settings) if "micro_batch" in engines else None
     results: list[dict[str, Any]] = []
     try:
         for n in range(args.runs):
-            # Alternate the order, so neither scenario always runs on a warmer JVM.
-            for faulty in ((False, True) if n % 2 == 0 else (True, False)):
-                scenario = f"{'faulty' if faulty else 'healthy'}{n}"
-                results.append(scenario_run(spark, settings, database, receiver, scenario, faulty, args))
+            for engine in engines:
+                # Alternate the order, so neither scenario always runs on a warmer JVM.
+                for faulty in ((False, True) if n % 2 == 0 else (True, False)):
+                    scenario = f"{engine[0]}{'faulty' if faulty else 'healthy'}{n}"
+                    results.append(scenario_run(spark, settings, database, receiver, engine, scenario, faulty, args))
     finally:
-        spark.stop()
+        if spark is not None:
+            spark.stop()
         stop_process_group(retries)
         receiver_process.kill()
     return results

@@ -377,17 +377,19 @@ def start_floor(bench: Bench, prefix: str, tag: str, mode: Mode) -> Running:
 
 class Commands:
     """``wayline run <command>`` processes with one measurement's settings, as an operator
-    runs them, each with its own Spark driver."""
+    runs them, each with its own Spark driver; their output goes to ``log`` (default:
+    nowhere)."""
 
-    def __init__(self, settings: Settings, commands: list[str], **env: str) -> None:
+    def __init__(self, settings: Settings, commands: list[str], log: Path | None = None, **env: str) -> None:
         env = {
             **os.environ, **env, "WAYLINE_STATE_DIR": str(settings.state_dir),
             "WAYLINE_REGISTRY__URL_ALLOW_LIST": json.dumps(settings.registry.url_allow_list),
             "WAYLINE_DELIVERY__STAGE_DEADLINE_S": str(settings.delivery.stage_deadline_s),
             "WAYLINE_DELIVERY__METRICS_PORT": "0", "WAYLINE_DELIVERY__RETRY_METRICS_PORT": "0",
         }
+        output = log.open("ab") if log is not None else subprocess.DEVNULL
         self.processes = [subprocess.Popen([sys.executable, "-m", "wayline.cli.main", "run", command], env=env,
-                                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                           stdout=output, stderr=subprocess.STDOUT)
                           for command in commands]
 
     def alive(self) -> bool:
@@ -440,13 +442,23 @@ def start_senders(bench: Bench, prefix: str, tag: str, mode: Mode) -> Running:
     endpoints = EndpointService.from_settings(settings)
     bench.trust(seed(bench.database, endpoints, bench.receiver_url, shape(mode, tag)).secrets)
     shutil.rmtree(settings.checkpoint_root / "delivery", ignore_errors=True)  # the last measurement's topics
-    delivery = settings.delivery
-    commands = Commands(settings, ["delivery", RETRIES], WAYLINE_DELIVERY__ENGINE="senders",
-                        WAYLINE_KAFKA__EVENT_TOPIC_PREFIX=prefix, WAYLINE_DELIVERY__BATCH_TOPIC=delivery.batch_topic,
-                        WAYLINE_DELIVERY__WORK_TOPIC=work_topic(tag), WAYLINE_DELIVERY__SENDER_GROUP=tag,
-                        WAYLINE_DELIVERY__MAX_OFFSETS_PER_TRIGGER=str(delivery.max_offsets_per_trigger))
+    commands = senders_process(settings, tag)
     return Running(ReceiverArrivals(bench.receiver_url, f"/{tag}/"), commands.alive, commands.stop,
                    commands.processes[0].pid)
+
+
+def senders_process(settings: Settings, tag: str, more: dict[str, str] | None = None, *, retries: bool = True,
+                    log: Path | None = None) -> Commands:
+    """``wayline run delivery`` with the senders engine, on ``settings``' stack, event
+    topics, batch topic and delivery flags, with a work topic and sender group of its own
+    (``tag``), and ``wayline run retries`` beside it unless the caller runs its own;
+    ``more`` adds settings as environment variables."""
+    delivery = settings.delivery
+    return Commands(settings, ["delivery", RETRIES] if retries else ["delivery"], log, **{
+        "WAYLINE_DELIVERY__ENGINE": "senders", "WAYLINE_KAFKA__EVENT_TOPIC_PREFIX": settings.kafka.event_topic_prefix,
+        "WAYLINE_DELIVERY__BATCH_TOPIC": delivery.batch_topic, "WAYLINE_DELIVERY__WORK_TOPIC": work_topic(tag),
+        "WAYLINE_DELIVERY__SENDER_GROUP": tag,
+        "WAYLINE_DELIVERY__MAX_OFFSETS_PER_TRIGGER": str(delivery.max_offsets_per_trigger), **(more or {})})
 
 
 def work_topic(tag: str) -> str:
@@ -688,22 +700,31 @@ def main() -> None:
 
 
 def run_all(settings: Settings, database: Database, args: argparse.Namespace) -> list[dict[str, Any]]:
+    results: list[dict[str, Any]] = []
+    with bench_session(settings, database, args) as bench:
+        for run in range(args.runs):
+            for scenario in (s for s in SCENARIOS if s in args.scenarios.split(",")):
+                results += one_round(bench, run, scenario)
+    return results
+
+
+@contextmanager
+def bench_session(settings: Settings, database: Database, args: argparse.Namespace,
+                  spark: bool = True) -> Iterator[Bench]:
+    """The receiver process and (unless ``spark`` is false: no system in this process needs
+    it) the Spark session, stopped on the way out."""
     # The receiver is forked before the Spark JVM starts; later processes are spawned.
     port_in, port_out = multiprocessing.Pipe(duplex=False)
     secrets_in, secrets_out = multiprocessing.Pipe(duplex=False)
     receiver = multiprocessing.Process(target=receive, args=(port_out, secrets_in), daemon=True)
     receiver.start()
-    spark = spark_session(settings)
-    bench = Bench(spark, settings, database, f"http://127.0.0.1:{port_in.recv()}", secrets_out.send, args)
-    results: list[dict[str, Any]] = []
+    session = spark_session(settings) if spark else None
     try:
-        for run in range(args.runs):
-            for scenario in (s for s in SCENARIOS if s in args.scenarios.split(",")):
-                results += one_round(bench, run, scenario)
+        yield Bench(session, settings, database, f"http://127.0.0.1:{port_in.recv()}", secrets_out.send, args)
     finally:
-        spark.stop()
+        if session is not None:
+            session.stop()
         receiver.kill()
-    return results
 
 
 if __name__ == "__main__":

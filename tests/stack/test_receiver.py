@@ -1,4 +1,5 @@
-"""The local receiver's totals: counted per prefix, latency quantiles per event-time window."""
+"""The local receiver's totals: counted per prefix, latency quantiles per event-time window,
+client connections per path."""
 
 from __future__ import annotations
 
@@ -13,11 +14,13 @@ from wayline.delivery.signing import signed_headers
 from wayline.stack.receiver import Receiver, ReceiverServer
 
 
-def post(url: str, path: str, secret: Secret, event_id: str, sent: float) -> None:
+def post(url: str, path: str, secret: Secret, event_id: str, sent: float, client: httpx.Client | None = None) -> None:
+    """One signed event; on ``client``'s kept-alive connections, or on a connection of its own."""
     body = orjson.dumps({"id": event_id, "time": datetime.fromtimestamp(sent, UTC).isoformat()})
     headers = signed_headers(f"msg_{event_id}", int(time.time()), body, [secret]) | {
         "content-type": "application/json"}
-    assert httpx.post(f"{url}{path}", content=body, headers=headers).status_code == 204
+    send = client.post if client is not None else httpx.post
+    assert send(f"{url}{path}", content=body, headers=headers).status_code == 204
 
 
 def test_totals_sum_the_paths_under_a_prefix_and_take_quantiles_in_the_window_asked() -> None:
@@ -45,3 +48,24 @@ def test_totals_sum_the_paths_under_a_prefix_and_take_quantiles_in_the_window_as
     assert stale["latency_samples"] == 10 and stale["latency_p50_s"] >= 100
     assert everything["first_at"] <= everything["last_at"]
     assert bad.status_code == 400 and bad.json()["error"]["code"] == "bad_window"
+
+
+def test_connections_count_each_client_connection_once_per_path_and_once_under_a_prefix() -> None:
+    secret = Secret.generate()
+    server = ReceiverServer(Receiver({path: [secret.text] for path in ("/c/a", "/c/b")}))
+    try:
+        now = time.time()
+        with httpx.Client() as kept:  # one kept-alive connection for all four requests
+            for n in range(3):
+                post(server.url, "/c/a", secret, f"kept-{n}", now, kept)
+            post(server.url, "/c/b", secret, "kept-b", now, kept)
+        for n in range(2):  # a connection each
+            post(server.url, "/c/a", secret, f"fresh-{n}", now)
+        stats = httpx.get(f"{server.url}/stats").json()
+        totals = httpx.get(f"{server.url}/totals", params={"prefix": "/c/"}).json()
+    finally:
+        server.close()
+
+    assert (stats["/c/a"]["requests"], stats["/c/a"]["connections"]) == (5, 3)
+    assert (stats["/c/b"]["requests"], stats["/c/b"]["connections"]) == (1, 1)
+    assert (totals["requests"], totals["connections"]) == (6, 3)

@@ -3,6 +3,8 @@
 It accepts POSTs on any path, checks each request's Standard Webhooks signature with the
 ``standardwebhooks`` reference package (secrets per path; a bad signature is a 401 and
 counted), counts requests and events per path — a CloudEvents batch counts each event —
+and the client connections that carried them (each distinct client address and port: a
+sender that keeps its connections open shows a few, one that reconnects shows many),
 and measures end-to-end latency from each event's ``time`` to its arrival. ``GET /stats``
 returns the counts per path as JSON; ``GET /totals?prefix=…&sent_from=…&sent_to=…`` the
 counts of every path under a prefix together, with the latency quantiles over the events
@@ -54,6 +56,8 @@ class PathStats:
     first_at: float | None = None
     last_at: float | None = None
     """Epoch seconds of the first and the latest request."""
+    peers: set[tuple[str, int]] = field(default_factory=set)
+    """The client (address, port) of every connection a request arrived on."""
 
     def observe(self, sent_at: float, arrived_at: float) -> None:
         if len(self.latencies_s) < MAX_SAMPLES:
@@ -68,7 +72,7 @@ class PathStats:
     def as_dict(self, sent_from: float = -math.inf, sent_to: float = math.inf) -> dict[str, Any]:
         ordered = self.latencies(sent_from, sent_to)
         return {"requests": self.requests, "events": self.events, "rejected": self.rejected,
-                "latency_samples": len(ordered),
+                "connections": len(self.peers), "latency_samples": len(ordered),
                 "latency_p50_s": _quantile(ordered, 0.5), "latency_p99_s": _quantile(ordered, 0.99),
                 "first_at": self.first_at, "last_at": self.last_at}
 
@@ -118,6 +122,7 @@ class Receiver:
         arrived = time.time()
         headers = {k.lower(): v for k, v in request.headers.items()}
         verified = self._verified(request.path, body, headers)
+        peer = request.transport.get_extra_info("peername") if request.transport else None
         events: list[Any] = []
         if verified:
             parsed = orjson.loads(body)
@@ -127,6 +132,8 @@ class Receiver:
             stats.requests += 1
             stats.first_at = stats.first_at or arrived
             stats.last_at = arrived
+            if peer is not None:
+                stats.peers.add((peer[0], peer[1]))
             if not verified:
                 stats.rejected += 1
             stats.events += len(events)
@@ -153,7 +160,8 @@ class Receiver:
             return {path: stats.as_dict() for path, stats in sorted(self._stats.items())}
 
     def totals(self, prefix: str = "/") -> PathStats:
-        """The counts and latency samples of every path under ``prefix`` together."""
+        """The counts and latency samples of every path under ``prefix`` together (a
+        connection that carried requests to several of them counts once)."""
         with self._lock:
             total = PathStats()
             for path, stats in self._stats.items():
@@ -162,6 +170,7 @@ class Receiver:
                 total.requests += stats.requests
                 total.events += stats.events
                 total.rejected += stats.rejected
+                total.peers |= stats.peers
                 total.sent_at.extend(stats.sent_at)
                 total.latencies_s.extend(stats.latencies_s)
                 total.first_at = min(filter(None, (total.first_at, stats.first_at)), default=None)
