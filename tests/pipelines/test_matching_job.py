@@ -120,7 +120,9 @@ def test_a_real_time_query_needs_a_slot_per_partition_besides_the_other_queries(
 
 def test_only_a_local_master_of_a_real_time_matching_query_is_raised(base_settings: Settings) -> None:
     # None of these asks Kafka how many partitions there are.
-    for unchanged in (base_settings, _engine(base_settings, "micro_batch"),
+    micro_batch_engine = base_settings.model_copy(update={
+        "delivery": base_settings.delivery.model_copy(update={"engine": "micro_batch"})})
+    for unchanged in (micro_batch_engine, _engine(base_settings, "micro_batch"),
                       _engine(base_settings, "realtime", "spark://127.0.0.1:7077")):
         assert with_enough_slots(unchanged) is unchanged
 

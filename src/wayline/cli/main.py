@@ -401,11 +401,9 @@ def demo(
     from wayline.stack.seed import seed
 
     # The demo's endpoints live on this machine, which endpoint URLs may not name unless
-    # allowed; and it delivers with sender processes (issue 13's engine). Both through the
-    # environment, which the sender processes read their settings from too.
+    # allowed: through the environment, which the sender processes read their settings from too.
     allowed = [*Settings().registry.url_allow_list, "127.0.0.1/32"]
     os.environ["WAYLINE_REGISTRY__URL_ALLOW_LIST"] = json.dumps(allowed)
-    os.environ.setdefault("WAYLINE_DELIVERY__ENGINE", "senders")
     settings = Settings()
     state = _start_stack(settings)
     console.print(f"Kafka at {state.kafka_bootstrap}, PostgreSQL at {state.postgres_dsn}")

@@ -211,7 +211,7 @@ class DeliverySettings(_Section):
         default=3600.0, gt=0, description="an idle batch shard's replay guard is kept this long"
     )
     engine: Literal["micro_batch", "senders"] = Field(
-        default="micro_batch",
+        default="senders",
         description="micro_batch: the delivery job matches and sends in one Spark pass per micro-batch; senders: a "
                     "JVM-only matching query writes requests to work_topic and long-lived sender processes send them",
     )
