@@ -66,7 +66,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from functools import partial
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, Self
 
 import orjson
 from confluent_kafka import Message, Producer
@@ -164,18 +164,16 @@ def weighted_quantile(ordered: list[tuple[float, int]], q: float) -> float | Non
 # --- Memory ----------------------------------------------------------------------------
 
 
-class MemorySampler:
-    """Peak resident memory, sampled every ``SAMPLE_S``: the Spark JVM (this process's
-    SparkSubmit child), its Python workers together, and a system's own process with its
-    descendants (the plain sender; `wayline run delivery` with its JVM and sender processes)."""
+class Sampler:
+    """Calls :meth:`sample` every ``every_s`` on a thread of its own, inside a ``with``
+    block, until the block ends or ``sample`` returns False."""
 
-    def __init__(self, pid: int | None = None) -> None:
-        self._pid = pid
-        self.peaks_mb = {"jvm": 0.0, "python_workers": 0.0, "process": 0.0}
+    def __init__(self, every_s: float) -> None:
+        self._every_s = every_s
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="memory-sampler", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=type(self).__name__, daemon=True)
 
-    def __enter__(self) -> MemorySampler:
+    def __enter__(self) -> Self:
         self._thread.start()
         return self
 
@@ -184,14 +182,31 @@ class MemorySampler:
         self._thread.join()
 
     def _run(self) -> None:
-        while not self._stop.wait(SAMPLE_S):
-            processes = _processes()
-            jvms = [p for p, (parent, _, cmd) in processes.items() if parent == os.getpid() and b"SparkSubmit" in cmd]
-            workers = [p for p in _descendants(processes, jvms) if b"python" in processes[p][2]]
-            now = {"jvm": sum(processes[p][1] for p in jvms),
-                   "python_workers": sum(processes[p][1] for p in workers),
-                   "process": sum(processes[p][1] for p in self._tree(processes))}
-            self.peaks_mb = {k: max(v, now[k]) for k, v in self.peaks_mb.items()}
+        while not self._stop.wait(self._every_s) and self.sample() is not False:
+            pass
+
+    def sample(self) -> bool | None:
+        raise NotImplementedError
+
+
+class MemorySampler(Sampler):
+    """Peak resident memory, sampled every ``SAMPLE_S``: the Spark JVM (this process's
+    SparkSubmit child), its Python workers together, and a system's own process with its
+    descendants (the plain sender; `wayline run delivery` with its JVM and sender processes)."""
+
+    def __init__(self, pid: int | None = None) -> None:
+        super().__init__(SAMPLE_S)
+        self._pid = pid
+        self.peaks_mb = {"jvm": 0.0, "python_workers": 0.0, "process": 0.0}
+
+    def sample(self) -> None:
+        processes = _processes()
+        jvms = [p for p, (parent, _, cmd) in processes.items() if parent == os.getpid() and b"SparkSubmit" in cmd]
+        workers = [p for p in _descendants(processes, jvms) if b"python" in processes[p][2]]
+        now = {"jvm": sum(processes[p][1] for p in jvms),
+               "python_workers": sum(processes[p][1] for p in workers),
+               "process": sum(processes[p][1] for p in self._tree(processes))}
+        self.peaks_mb = {k: max(v, now[k]) for k, v in self.peaks_mb.items()}
 
     def _tree(self, processes: dict[int, tuple[int, float, bytes]]) -> list[int]:
         if self._pid is None or self._pid not in processes:

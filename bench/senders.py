@@ -32,7 +32,6 @@ import math
 import multiprocessing
 import os
 import statistics
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -112,36 +111,28 @@ def senders(bench: targets.Bench, router: WorkRouter, tag: str, processes: int) 
             yield targets.Running(targets.ReceiverArrivals(bench.receiver_url, f"/{tag}/"), alive, lambda: None), cpu
 
 
-class CpuSampler:
-    """The processes' user + system CPU seconds (all threads), sampled every 50 ms with the time."""
+class CpuSampler(targets.Sampler):
+    """The processes' user + system CPU seconds (all threads), sampled every 50 ms with the
+    time, until one of them ends."""
 
     def __init__(self, pids: list[int]) -> None:
+        super().__init__(0.05)
         self._pids = pids
         self._tick = os.sysconf("SC_CLK_TCK")
         self.samples: list[tuple[float, float]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def __enter__(self) -> CpuSampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _run(self) -> None:
-        while not self._stop.wait(0.05):
-            total = 0.0
-            for pid in self._pids:
-                try:
-                    with open(f"/proc/{pid}/stat") as stat:
-                        # Fields after the command (which may hold spaces): utime, stime are 14th, 15th.
-                        fields = stat.read().rsplit(")", 1)[1].split()
-                except FileNotFoundError:
-                    return
-                total += (int(fields[11]) + int(fields[12])) / self._tick
-            self.samples.append((time.time(), total))
+    def sample(self) -> bool:
+        total = 0.0
+        for pid in self._pids:
+            try:
+                with open(f"/proc/{pid}/stat") as stat:
+                    # Fields after the command (which may hold spaces): utime, stime are 14th, 15th.
+                    fields = stat.read().rsplit(")", 1)[1].split()
+            except FileNotFoundError:
+                return False
+            total += (int(fields[11]) + int(fields[12])) / self._tick
+        self.samples.append((time.time(), total))
+        return True
 
     def between(self, start: float, end: float) -> float:
         """CPU seconds used between the samples nearest ``start`` and ``end``."""
