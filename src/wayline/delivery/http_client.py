@@ -34,7 +34,12 @@ if TYPE_CHECKING:
     from wayline.delivery.reqwest_transport import ReqwestTransport
 
 DEFAULT_CONNECT_TIMEOUT_S = 5.0
-DEFAULT_KEEPALIVE_S = 30.0
+# Longer than the real-time matching query's batch (delivery.realtime_checkpoint_s, 30 s):
+# each batch boundary sends the sender processes a burst, which found the connections of
+# the last burst just expired at 30 s and opened ~200 new ones every 30 s at 300 events/s
+# (docs/benchmarks.md, "Failure isolation and connections"). reqwest's and Go's own
+# default; a server that closes sooner is seen closing and its connection dropped.
+DEFAULT_KEEPALIVE_S = 90.0
 DEFAULT_MAX_RESPONSE_BYTES = 64 * 1024
 DEFAULT_DNS_CACHE_S = 300
 USER_AGENT = "Wayline-Webhooks/1"
