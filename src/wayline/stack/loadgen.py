@@ -2,8 +2,9 @@
 
 The catalog: 500 event types (20 domains × 5 entities × 5 actions), one topic per domain
 (`events.<domain>`), or all on one ingest topic (`events.ingest`), the layout that keeps a
-real-time query's tasks (one per Kafka partition) to a deployment's cores; 30,000 tenants, a quarter of them with departments as sub-tenants;
-traffic skewed toward a few hot tenants, as on a real SaaS platform. Payloads stay
+real-time query's tasks (one per Kafka partition) to a deployment's cores; 30,000
+tenants, a quarter of them with departments as sub-tenants; traffic skewed toward a few
+hot tenants, as on a real SaaS platform. Payloads stay
 under 1 KB. A fraction of deliberately broken records exercises the quarantine.
 """
 
