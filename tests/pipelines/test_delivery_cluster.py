@@ -51,6 +51,9 @@ def start_job(job_settings: Settings, master: str, stack_settings: Settings, log
         "WAYLINE_DELIVERY__METRICS_PORT": "0",
         "WAYLINE_DELIVERY__BATCH_TOPIC": "wayline.cluster.batching",
         "WAYLINE_DELIVERY__STAGE_DEADLINE_S": "5",
+        # The micro-batch engine, whose tasks spread over the workers: the senders engine's
+        # real-time query would need a core per source partition, more than these workers have.
+        "WAYLINE_DELIVERY__ENGINE": "micro_batch",
     })
 
 
