@@ -361,22 +361,27 @@ def receive(
         if engine is not None:
             receiver.trust(registry_secrets(Database(engine), EndpointService.from_settings(settings), bases))
 
+    live = Live(received_table(receiver.stats()), console=console, refresh_per_second=2)
     try:
         trust_registry()
         console.print(f"receiving on {server.url}/<path>; counts as JSON at {server.url}/stats; Ctrl-C stops",
                       soft_wrap=True)
-        with Live(received_table(receiver.stats()), console=console, refresh_per_second=2) as live:
-            try:
-                while True:
-                    for _ in range(10):
-                        time.sleep(0.5)
-                        live.update(received_table(receiver.stats()))
-                    trust_registry()
-            except KeyboardInterrupt:  # the table left on screen counts every request, even the last
-                live.update(received_table(receiver.stats()))
+        live.start()
+        try:
+            while True:
+                for _ in range(10):
+                    time.sleep(0.5)
+                    live.update(received_table(receiver.stats()))
+                trust_registry()
+        except KeyboardInterrupt:  # the table left on screen counts every request, even the last
+            live.update(received_table(receiver.stats()))
     except KeyboardInterrupt:
         pass
     finally:
+        # Stopped here, not by a with-block: a Ctrl-C while it starts (its refresh thread
+        # already running, stdout redirected) would skip a with-block's exit and hang the
+        # process at exit (seen on a fresh checkout, where the first start is slow).
+        live.stop()
         server.close()
         if engine is not None:
             engine.dispose()
