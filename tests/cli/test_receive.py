@@ -34,8 +34,11 @@ def event() -> bytes:
 
 def start(args: list[str], env: dict[str, str] | None = None) -> tuple[subprocess.Popen[str], str]:
     port = free_port()
+    # Ctrl-C's default action even when the suite itself runs with SIGINT ignored (as a
+    # background job of a non-interactive shell), which a child would inherit.
     process = subprocess.Popen([WAYLINE, "receive", "--port", str(port), *args], stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True, env={**os.environ, "COLUMNS": "200", **(env or {})})
+                               stderr=subprocess.STDOUT, text=True, env={**os.environ, "COLUMNS": "200", **(env or {})},
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:

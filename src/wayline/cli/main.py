@@ -379,8 +379,7 @@ def receive(
         pass
     finally:
         # Stopped here, not by a with-block: a Ctrl-C while it starts (its refresh thread
-        # already running, stdout redirected) would skip a with-block's exit and hang the
-        # process at exit (seen on a fresh checkout, where the first start is slow).
+        # already running, stdout redirected) would skip a with-block's exit.
         live.stop()
         server.close()
         if engine is not None:
