@@ -16,6 +16,8 @@ One scenario per trigger, in three acts:
 
 from __future__ import annotations
 
+import os
+
 from collections import Counter
 from pathlib import Path
 
@@ -39,6 +41,8 @@ from wayline.pipelines.matching_job import (
     OBSERVED,
     MatchingJob,
     check_slots,
+    chosen_trigger,
+    cores_for,
     slots_needed,
     source_partitions,
     with_enough_slots,
@@ -112,10 +116,24 @@ def _engine(settings: Settings, trigger: str, master: str = "local[2]") -> Setti
 
 def test_a_real_time_query_needs_a_slot_per_partition_besides_the_other_queries(base_settings: Settings) -> None:
     realtime, micro = _engine(base_settings, "realtime"), _engine(base_settings, "micro_batch")
-    # shuffle_partitions (2) for the batching query's stage, and 2 more for the retry query.
-    assert slots_needed(4, realtime) == 6
-    assert slots_needed(4, realtime, beside=1) == 8
-    assert slots_needed(4, micro) == 3
+    # shuffle_partitions (2) for each other query's stage (the retry query).
+    assert slots_needed(4, realtime) == 4
+    assert slots_needed(4, realtime, beside=1) == 6
+    assert slots_needed(4, micro) == 1
+
+
+def test_auto_takes_the_real_time_trigger_only_where_the_cores_cover_the_partitions(base_settings: Settings) -> None:
+    auto = _engine(base_settings, "auto")
+    assert chosen_trigger(auto, partitions=1, cores=2) == "realtime"
+    # The demo's 20 topics x 2 partitions, an ingest topic of 2, 500 topics: all on 2 cores.
+    for partitions in (40, 2, 500):
+        assert chosen_trigger(auto, partitions=partitions, cores=2) == "micro_batch"
+    assert chosen_trigger(auto, partitions=40, cores=64) == "realtime"
+    for asked in ("realtime", "micro_batch"):
+        assert chosen_trigger(_engine(base_settings, asked), partitions=500, cores=2) == asked
+    # A local master's slots run on this machine's cores, however many it names.
+    assert cores_for("local[64]", 64) == min(64, os.cpu_count() or 1)
+    assert cores_for("spark://127.0.0.1:7077", 64) == 64
 
 
 def test_only_a_local_master_of_a_real_time_matching_query_is_raised(base_settings: Settings) -> None:
@@ -136,8 +154,11 @@ def test_a_local_master_is_raised_to_the_slots_the_topics_need(settings: Setting
     ensure_topics(settings.kafka_bootstrap(), [f"events.{name}.a", f"alerts.{name}.b"], 3)
     ensure_topics(settings.kafka_bootstrap(), [f"events.{name}x.other"], 5)  # another prefix: not read
     assert source_partitions(on_topics) == 6
-    assert with_enough_slots(on_topics).spark.master == "local[8]"
-    assert with_enough_slots(on_topics, beside=1).spark.master == "local[10]"
+    assert with_enough_slots(on_topics).spark.master == "local[6]"
+    assert with_enough_slots(on_topics, beside=1).spark.master == "local[8]"
+    # Chosen for the cores: 6 partitions on the test machine's few cores take micro-batches.
+    chosen = with_enough_slots(_engine(on_topics, "auto"), beside=1)
+    assert (chosen.delivery.matching_trigger, chosen.spark.master) == ("micro_batch", "local[2]")
 
 
 @pytest.mark.integration
@@ -181,8 +202,11 @@ def test_the_matching_query_writes_every_request_and_follows_the_registry(
     job = _start(spark, settings, database, checkpoint)
     try:
         # Act 1: the exact records.
-        wait_for(lambda: len(read_records(bootstrap, settings.delivery.work_topic)) >= len(events), "the requests")
-        requests = read_records(bootstrap, settings.delivery.work_topic)
+        def routed(kind: str) -> list[Message]:
+            return [m for m in read_records(bootstrap, settings.delivery.work_topic) if _headers(m)[work.KIND] == kind]
+
+        wait_for(lambda: len(routed(work.SINGLE)) >= len(events), "the requests")
+        requests = routed(work.SINGLE)
         assert sorted((m.key(), m.value(), _headers(m)[work.SUBSCRIPTION], _headers(m)[work.EVENT])
                       for m in requests) == _expected_requests(spark, settings, database, topic)
         assert {m.key() for m in requests} == {single.endpoint_id.encode()}
@@ -194,24 +218,15 @@ def test_the_matching_query_writes_every_request_and_follows_the_registry(
         } for m in requests]
         assert [list(_headers(m)) for m in requests] == [list(work.HEADERS)] * len(requests)
 
-        wait_for(lambda: len(read_records(bootstrap, settings.delivery.batch_topic)) >= len(events), "the bundles")
-        bundles = read_records(bootstrap, settings.delivery.batch_topic)
-        assert {m.key() for m in bundles} == {f"{batched.id}:0".encode()}
-        assert sorted((orjson.loads(m.value()) for m in bundles), key=lambda b: b["event_ids"]) == [{
-            "subscription_id": batched.id, "endpoint_id": batched.endpoint_id, "max_count": BATCH,
-            "max_wait_ms": 500, "shard": 0, "event_ids": [e["id"]], "bodies": [orjson.dumps(e).decode()],
-            "run": f"matching/{topic}/0", "batch_id": offset,
-        } for offset, e in enumerate(events)]
-
-        # The batching query beside it batches them (4 at once, the other 2 after max_wait) and
-        # sends; nothing listens on the receiver's port, so the batches wait in the retry store.
-        def batches() -> list[list[str]]:
-            with database.transaction() as s:
-                return sorted(entry.event_ids for entry in s.scalars(
-                    select(RetryEntry).where(RetryEntry.subscription_id == batched.id, RetryEntry.kind == "batch")))
-
-        wait_for(lambda: sum(map(len, batches())) >= len(events), "the batches")
-        assert batches() == [[e["id"] for e in events[:BATCH]], [e["id"] for e in events[BATCH:]]]
+        # Batch-mode pairs go the same way, for the sender processes to gather into batches.
+        wait_for(lambda: len(routed(work.PAIR)) >= len(events), "the batch-mode pairs")
+        pairs = sorted(routed(work.PAIR), key=lambda m: _headers(m)[work.EVENT])
+        assert [(m.key(), orjson.loads(m.value()), _headers(m)) for m in pairs] == [
+            (batched.endpoint_id.encode(), e, {
+                work.KIND: "pair", work.SUBSCRIPTION: batched.id, work.ENDPOINT: batched.endpoint_id,
+                work.EVENT: e["id"], work.SOURCE: topic, work.VERSION: str(version)})
+            for e in sorted(events, key=lambda e: e["id"])]
+        assert read_records(bootstrap, settings.delivery.batch_topic) == []
 
         def quarantined() -> list[Message]:
             return [m for m in read_records(bootstrap, settings.kafka.quarantine_topic)

@@ -32,7 +32,7 @@ from wayline.core.kafka import ensure_topics
 from wayline.core.secret import Secret
 from wayline.core.settings import Settings
 from wayline.delivery import work
-from wayline.delivery.signing import message_id
+from wayline.delivery.signing import batch_message_id, message_id
 from wayline.delivery.storage.store import DeliveryLogEntry, RetryEntry
 from wayline.pipelines.send_step import WORK_ARROW_SCHEMA
 from wayline.pipelines.senders import (
@@ -51,8 +51,9 @@ QUARANTINE = "wayline.quarantine"
 SOURCE = "events.senders.orders"
 
 
-def headers_for(subscription_id: str, endpoint_id: str, event_id: str, version: int = 1) -> list[tuple[str, bytes]]:
-    return [(work.KIND, b"single"), (work.SUBSCRIPTION, subscription_id.encode()),
+def headers_for(subscription_id: str, endpoint_id: str, event_id: str, version: int = 1,
+                kind: str = work.SINGLE) -> list[tuple[str, bytes]]:
+    return [(work.KIND, kind.encode()), (work.SUBSCRIPTION, subscription_id.encode()),
             (work.ENDPOINT, endpoint_id.encode()), (work.EVENT, event_id.encode()), (work.SOURCE, SOURCE.encode()),
             (work.VERSION, str(version).encode())]
 
@@ -75,10 +76,22 @@ def test_work_records_become_single_requests_with_their_route() -> None:
     assert rows[1]["body"] == body_of("e1")
 
 
+def test_batch_mode_pairs_are_held_apart_with_their_place_on_the_work_topic() -> None:
+    records = [Message(topic="work", partition=2, offset=40 + n, key=b"ep_1", value=body_of(f"e{n}"),
+                       headers=headers_for("sub_1" if n != 1 else "sub_2", "ep_1", f"e{n}", version=5,
+                                           kind=work.PAIR if n != 2 else work.SINGLE)) for n in range(3)]
+    decoded = decode(records, QUARANTINE)
+    assert (decoded.bad, decoded.version, decoded.subscriptions) == (0, 5, {"sub_1", "sub_2"})
+    assert [(r["kind"], r["event_ids"]) for r in decoded.work.to_pylist()] == [("single", ["e2"])]
+    assert [(p.partition, p.offset, p.subscription_id, p.endpoint_id, p.item.event_id, p.item.body)
+            for p in decoded.pairs] == [(("work", 2), 40, "sub_1", "ep_1", "e0", body_of("e0")),
+                                        (("work", 2), 41, "sub_2", "ep_1", "e1", body_of("e1"))]
+
+
 @pytest.mark.parametrize(("headers", "value", "why"), [
     ([h for h in headers_for("sub_1", "ep_1", "e1") if h[0] != work.EVENT], b"{}", "missing header(s): wayline-event"),
     (headers_for("sub_1", "ep_1", "e1", version=1)[:-1] + [(work.VERSION, b"v7")], b"{}", "not a registry version"),
-    ([(work.KIND, b"batch"), *headers_for("sub_1", "ep_1", "e1")[1:]], b"{}", "sends 'single' requests only"),
+    ([(work.KIND, b"batch"), *headers_for("sub_1", "ep_1", "e1")[1:]], b"{}", "takes single or pair"),
     ([(work.SUBSCRIPTION, b"\xff\xfe"), *headers_for("sub_1", "ep_1", "e1")[1:]], b"{}", "is not UTF-8"),
     ([(work.EVENT, None), *headers_for("sub_1", "ep_1", "e1")], b"{}", "header wayline-event has no value"),
     (headers_for("sub_1", "ep_1", "e1"), None, "no value (the request body)"),
@@ -140,6 +153,7 @@ class Arrivals:
         self.secrets = secrets
         self.at: dict[str, list[float]] = defaultdict(list)
         self.bad_signatures = 0
+        self.batches: list[list[str]] = []
         self._lock = threading.Lock()
 
     async def handle(self, request: web.Request) -> web.Response:
@@ -150,8 +164,11 @@ class Arrivals:
             with self._lock:
                 self.bad_signatures += 1
             return web.Response(status=400)
+        parsed = orjson.loads(body)
         with self._lock:
             self.at[request.headers["webhook-id"]].append(time.time())
+            if isinstance(parsed, list):  # a batch: what it carried
+                self.batches.append([event["id"] for event in parsed])
         return web.Response(status=204)
 
     def ids(self) -> set[str]:
@@ -167,7 +184,9 @@ class Arrivals:
 class Stack:
     """A customer with endpoints on the receiver, and the work topic of one test."""
 
-    def __init__(self, settings: Settings, database, receivers: Receivers, name: str, paths: list[str]) -> None:
+    def __init__(self, settings: Settings, database, receivers: Receivers, name: str, paths: list[str],
+                 batch: dict[str, tuple[int, int]] | None = None) -> None:
+        """``batch``: the paths subscribed in batch mode, with their (max_count, max_wait_ms)."""
         self.settings, self.database, self.name = settings, database, name
         self.topic, self.group = f"wayline.work.{name}", f"senders-{name}"
         ensure_topics(settings.kafka_bootstrap(), [self.topic], 4)
@@ -185,8 +204,10 @@ class Stack:
                 endpoint = endpoints.create(s, ADMIN, EndpointIn(
                     url=f"{base}/{path}", customer_id=owner.id, secret=secrets[f"/{path}"], max_in_flight=32))
                 self.endpoint[path] = endpoint.id
+                limits = (batch or {}).get(path)
+                mode = {"mode": "batch", "max_count": limits[0], "max_wait_ms": limits[1]} if limits else {}
                 self.subscription[path] = subscription.create(s, ADMIN, subscription.SubscriptionIn(
-                    endpoint_id=endpoint.id, event_types=[event_type])).id
+                    endpoint_id=endpoint.id, event_types=[event_type], **mode)).id
         self.version = database.current_version()
         self.producer = Producer({"bootstrap.servers": settings.kafka_bootstrap(), "linger.ms": 5})
 
@@ -203,12 +224,14 @@ class Stack:
             "WAYLINE_DELIVERY__STRAGGLER_CUT_S": "5",
         }
 
-    def produce(self, path: str, event_ids: list[str], rate: float | None = None) -> list[str]:
-        """Work records for ``path``'s subscription, as the matching query writes them; their webhook ids."""
+    def produce(self, path: str, event_ids: list[str], rate: float | None = None, kind: str = work.SINGLE,
+                ) -> list[str]:
+        """Work records for ``path``'s subscription, as the matching query writes them; their
+        webhook ids (for pairs, what a single request of each would have had)."""
         subscription_id, endpoint_id = self.subscription[path], self.endpoint[path]
         for event_id in event_ids:
             self.producer.produce(self.topic, body_of(event_id), key=endpoint_id.encode(),
-                                  headers=headers_for(subscription_id, endpoint_id, event_id, self.version))
+                                  headers=headers_for(subscription_id, endpoint_id, event_id, self.version, kind))
             self.producer.poll(0)
             if rate:
                 time.sleep(1 / rate)
@@ -397,3 +420,55 @@ def test_a_subscription_gone_after_routing_is_dead_lettered_unsent(
         assert stop(sender) == 0
     assert stack.arrivals.ids() == set(sent)
     assert set(dead().values()) == {"rejected"}
+
+
+@pytest.mark.integration
+def test_batch_mode_pairs_go_out_in_batches_when_full_or_due(
+        api_settings: Settings, database, receivers: Receivers, unique: str, tmp_path: Path) -> None:
+    stack = Stack(api_settings, database, receivers, f"batch{unique}", ["a", "s"], batch={"a": (50, 1000)})
+    log = tmp_path / "sender.log"
+    sender = stack.start(log)
+    try:
+        events = [f"{unique}-{n}" for n in range(120)]
+        produced_at = time.time()
+        stack.produce("a", events, kind=work.PAIR)
+        single = set(stack.produce("s", [f"{unique}-single"]))
+        wait_for(lambda: sum(map(len, stack.arrivals.batches)) >= len(events) and stack.arrivals.ids() >= single,
+                 "every pair in a batch, and the streaming request", 120)
+        wait_for(stack.arrivals.quiet, "the receiver to go quiet", 30)
+    finally:
+        assert stop(sender) == 0, log.read_text()
+    # Two full batches at once, the rest when its first pair had waited max_wait.
+    assert stack.arrivals.batches == [events[:50], events[50:100], events[100:]]
+    (last,) = stack.arrivals.at[batch_message_id(stack.subscription["a"], tuple(events[100:]))]
+    assert last - produced_at >= 1.0
+    assert stack.arrivals.bad_signatures == 0
+    with database.transaction() as s:
+        logged = set(s.scalars(select(DeliveryLogEntry.webhook_id).where(
+            DeliveryLogEntry.subscription_id == stack.subscription["a"])))
+    assert logged == {batch_message_id(stack.subscription["a"], tuple(chunk))
+                      for chunk in (events[:50], events[50:100], events[100:])}
+    keys = {f"{stack.subscription['a']}/{event}" for event in events}
+    assert {o["outcome"] for o in audit_outcomes(api_settings, keys).values()} == {"delivered"}
+
+
+@pytest.mark.integration
+def test_an_open_batch_lost_with_its_process_is_gathered_again_after_a_restart(
+        api_settings: Settings, database, receivers: Receivers, unique: str, tmp_path: Path) -> None:
+    stack = Stack(api_settings, database, receivers, f"batchkill{unique}", ["a", "s"], batch={"a": (1000, 4000)})
+    log = tmp_path / "sender.log"
+    sender = stack.start(log)
+    try:
+        events = [f"{unique}-{n}" for n in range(30)]
+        stack.produce("a", events, kind=work.PAIR)
+        # A streaming request after the pairs: once it arrives, the pairs were taken too.
+        single = set(stack.produce("s", [f"{unique}-single"]))
+        wait_for(lambda: stack.arrivals.ids() >= single, "the streaming request", 120)
+        assert stack.arrivals.batches == []  # still open: 4 s, and 1,000 pairs, are far off
+        os.killpg(sender.pid, signal.SIGKILL)
+        sender.wait(timeout=30)
+        sender = stack.start(log)
+        wait_for(lambda: sum(map(len, stack.arrivals.batches)) >= len(events), "the pairs, in a batch", 120)
+    finally:
+        assert stop(sender) == 0, log.read_text()
+    assert stack.arrivals.batches == [events]

@@ -152,6 +152,9 @@ HttpClientName = Literal["aiohttp", "pyreqwest"]
 DEFAULT_HTTP_CLIENT: HttpClientName = "pyreqwest"
 
 
+Trigger = Literal["auto", "realtime", "micro_batch"]
+
+
 class DeliverySettings(_Section):
     http_client: HttpClientName = Field(
         default=DEFAULT_HTTP_CLIENT,
@@ -215,10 +218,11 @@ class DeliverySettings(_Section):
         description="micro_batch: the delivery job matches and sends in one Spark pass per micro-batch; senders: a "
                     "JVM-only matching query writes requests to work_topic and long-lived sender processes send them",
     )
-    matching_trigger: Literal["realtime", "micro_batch"] = Field(
-        default="realtime",
-        description="with engine = senders: the matching query runs under Spark's real-time trigger, or in "
-                    "back-to-back micro-batches",
+    matching_trigger: Trigger = Field(
+        default="auto",
+        description="with engine = senders: the matching query runs under Spark's real-time trigger (a busy task "
+                    "per source partition), in back-to-back micro-batches coalesced to the cores, or (auto) real-time "
+                    "only where the cores cover the source partitions",
     )
     realtime_checkpoint_s: float = Field(
         default=30.0, gt=0,

@@ -45,6 +45,12 @@ class BatchLimits:
     max_count: int = DEFAULT_MAX_COUNT
     max_wait: timedelta = DEFAULT_MAX_WAIT
 
+    @classmethod
+    def of(cls, max_count: int | None, max_wait_ms: int | None) -> BatchLimits:
+        """A subscription's limits as the registry holds them (``None``: the default)."""
+        return cls(max_count or DEFAULT_MAX_COUNT,
+                   DEFAULT_MAX_WAIT if max_wait_ms is None else timedelta(milliseconds=max_wait_ms))
+
     def __post_init__(self) -> None:
         if self.max_count < 1:
             raise RejectedInput(f"max_count must be at least 1, not {self.max_count}")
@@ -174,6 +180,11 @@ class Batcher:
     def deadline(self, key: BatchKey) -> datetime | None:
         held = self._pending.get(key)
         return held.deadline if held else None
+
+    def pending(self, key: BatchKey) -> int:
+        """How many items ``key`` holds."""
+        held = self._pending.get(key)
+        return len(held.items) if held else 0
 
     def export(self, key: BatchKey) -> PendingState | None:
         held = self._pending.get(key)

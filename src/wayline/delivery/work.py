@@ -6,8 +6,11 @@ topic, send them. The record is the one contract between the two:
 
 - **key**: the endpoint id (UTF-8), so all of an endpoint's requests land on one
   partition and one sender process holds its in-flight and rate limits;
-- **value**: the request body, exactly as the endpoint receives it (bytes);
-- **headers** (UTF-8 text): :data:`KIND` (``single``), :data:`SUBSCRIPTION`,
+- **value**: the request body, exactly as the endpoint receives it (bytes; for a pair, the
+  event as it goes into its batch);
+- **headers** (UTF-8 text): :data:`KIND` (:data:`SINGLE`, a streaming request, or
+  :data:`PAIR`, a batch-mode event the sender gathers into its subscription's batch:
+  :mod:`wayline.delivery.open_batches`), :data:`SUBSCRIPTION`,
   :data:`ENDPOINT`, :data:`EVENT` (the event id: with the subscription, the webhook id's
   parts), :data:`SOURCE` (the Kafka topic the event was consumed from, for the
   self-audit's outcome) and :data:`VERSION` (the registry version the route came from: a
@@ -23,5 +26,8 @@ EVENT = "wayline-event"
 SOURCE = "wayline-source"
 VERSION = "wayline-version"
 HEADERS = (KIND, SUBSCRIPTION, ENDPOINT, EVENT, SOURCE, VERSION)
+SINGLE = "single"
+PAIR = "pair"
+KINDS = (SINGLE, PAIR)
 
-__all__ = ["ENDPOINT", "EVENT", "HEADERS", "KIND", "SOURCE", "SUBSCRIPTION", "VERSION"]
+__all__ = ["ENDPOINT", "EVENT", "HEADERS", "KIND", "KINDS", "PAIR", "SINGLE", "SOURCE", "SUBSCRIPTION", "VERSION"]

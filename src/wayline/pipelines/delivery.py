@@ -60,9 +60,12 @@ from wayline.registry.endpoint import EndpointService
 def ensure_delivery_topics(settings: Settings) -> None:
     """The internal topics the delivery job writes to, besides the quarantine: the batch
     topic, with ``audit.enabled`` the self-audit's two, and with ``delivery.engine =
-    "senders"`` the work topic (``delivery.work_partitions`` partitions)."""
+    "senders"`` the work topic (``delivery.work_partitions`` partitions); and the
+    operations topic it reads, made here so that the retry job making it later does not
+    change the partitions the job was sized for."""
     bootstrap, partitions = settings.kafka_bootstrap(), settings.kafka.topic_partitions
     ensure_topics(bootstrap, [settings.delivery.batch_topic], partitions, BATCH_TOPIC_CONFIG)
+    ensure_topics(bootstrap, [settings.delivery.operations_topic], partitions)
     if settings.delivery.engine == "senders":
         ensure_work_topics(settings)
     if settings.audit.enabled:

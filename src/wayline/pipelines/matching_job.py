@@ -5,9 +5,11 @@ The *matching query* runs in the JVM only: every event topic → parse
 snapshot's match table and compiled filters) → one Kafka sink whose rows name their own
 topic (:func:`~wayline.pipelines.routing.work_records`): requests to
 ``delivery.work_topic`` for the sender processes (:mod:`wayline.delivery.work`),
-quarantine copies, self-audit records, and batch-mode pairs as one-event bundles for the
-batching query. One stage, no shuffle, no Python: it runs under Spark's real-time trigger
-(``delivery.matching_trigger = "realtime"``), or in micro-batches.
+and batch-mode pairs, which the sender processes gather into batches in memory
+(:mod:`wayline.delivery.open_batches`), quarantine copies and self-audit records. One
+stage, no shuffle, no Python. Its trigger follows the topics it reads
+(:func:`chosen_trigger`): Spark's real-time trigger where the cores cover the source
+partitions, otherwise back-to-back micro-batches coalesced to the cores.
 
 The plan embeds the registry snapshot (the match table as local rows, the filters as
 Columns), so a new registry version (read every ``delivery.version_poll_s``) restarts
@@ -20,14 +22,14 @@ checkpoint).
 Start it from ``wayline run delivery`` as :func:`wayline.compose.matching_job`, on a
 SparkSession made from :func:`with_enough_slots` settings.
 
-The *batching query* (:mod:`~wayline.pipelines.batching`) runs beside it once a
-subscription is in batch mode, as in the micro-batch engine, and sends its batches with
-the same send step (:class:`~wayline.pipelines.delivery.SendStep`).
+The *batching query* (:mod:`~wayline.pipelines.batching`, the micro-batch engine's)
+runs beside it only to drain what an earlier version of this engine left on the batch
+topic or in its state (a checkpoint's ``batching`` folder): this engine writes nothing
+there any more.
 
 Slots: a real-time query holds one task slot per source partition for its whole
-checkpoint interval, so the Spark master needs at least that many plus what the batching
-query (its stateful stage, ``spark.shuffle_partitions``) and, in the same application,
-the retry query run: see :func:`slots_needed`.
+checkpoint interval, so the Spark master needs at least that many plus what, in the same
+application, the retry query and the recon job run: see :func:`slots_needed`.
 
 Filtered events write nothing; they are counted by the query's observed metrics
 (:data:`OBSERVED`: ``events``, ``filtered``, ``quarantined``), reported in its progress
@@ -37,6 +39,7 @@ at the end of each batch.
 from __future__ import annotations
 
 import logging
+import os
 import re
 import threading
 from pathlib import Path
@@ -48,7 +51,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
 from wayline.core.errors import ConfigError, RetryLater
-from wayline.core.settings import Settings
+from wayline.core.settings import Settings, Trigger
 from wayline.delivery.metrics import DeliveryMetrics
 from wayline.pipelines.delivery import SendStep, ensure_delivery_topics, live_snapshots
 from wayline.pipelines.job import RestartingQuery
@@ -68,10 +71,10 @@ OBSERVED = "wayline-matching"
 def slots_needed(source_partitions: int, settings: Settings, *, beside: int = 0) -> int:
     """Task slots the senders engine's queries need at once: the real-time matching
     query's one per source partition (one in all with micro-batches, which take turns),
-    and one stage's tasks each for the batching query and for the ``beside`` other
-    queries sharing the Spark application (the retry query, the recon job)."""
+    and one stage's tasks each for the ``beside`` other queries sharing the Spark
+    application (the retry query, the recon job)."""
     matching = source_partitions if settings.delivery.matching_trigger == "realtime" else 1
-    return matching + settings.spark.shuffle_partitions * (1 + beside)
+    return matching + settings.spark.shuffle_partitions * beside
 
 
 def source_partitions(settings: Settings) -> int:
@@ -88,30 +91,63 @@ def source_partitions(settings: Settings) -> int:
     return found or settings.kafka.topic_partitions
 
 
+def cores_for(master: str, slots: int) -> int:
+    """The cores ``slots`` task slots of ``master`` really run on: a local master's slots
+    share this machine's CPUs (``local[40]`` on 2 cores is 40 tasks on 2 cores)."""
+    return min(slots, os.cpu_count() or 1) if master.startswith("local") else slots
+
+
+def chosen_trigger(settings: Settings, partitions: int, cores: int) -> Trigger:
+    """The matching query's trigger: ``delivery.matching_trigger``, or for ``auto`` the
+    real-time trigger only where ``cores`` hold a busy task per source partition and one
+    more for everything else; otherwise micro-batches coalesced to the cores, which read
+    any number of partitions with as many tasks as there are cores (docs/decisions.md,
+    "The matching trigger follows the topics")."""
+    asked = settings.delivery.matching_trigger
+    if asked != "auto":
+        return asked
+    return "realtime" if partitions + 1 <= cores else "micro_batch"
+
+
+def with_trigger(settings: Settings, trigger: Trigger) -> Settings:
+    return settings.model_copy(update={"delivery": settings.delivery.model_copy(update={"matching_trigger": trigger})})
+
+
 def with_enough_slots(settings: Settings, *, beside: int = 0) -> Settings:
-    """``settings`` with a local Spark master (``local[N]``) raised to :func:`slots_needed`
-    when the matching query runs under the real-time trigger: give these to the
-    SparkSession of ``wayline run delivery`` with ``delivery.engine = "senders"``. A
-    cluster master is left alone: its cores are the operator's to size."""
-    local = re.fullmatch(r"local\[(\d+)\]", settings.spark.master)
-    if settings.delivery.engine != "senders" or settings.delivery.matching_trigger != "realtime" or local is None:
+    """``settings`` for the SparkSession of ``wayline run delivery`` with ``delivery.engine =
+    "senders"`` on a local master (``local[N]``): the matching trigger chosen
+    (:func:`chosen_trigger`, from the partitions the job will read, its own topics made
+    first), and for the real-time trigger the master raised to :func:`slots_needed`. A
+    cluster master is left alone: its cores are the operator's to size, and the trigger is
+    chosen once the job knows them (:class:`MatchingJob`)."""
+    local = re.fullmatch(r"local\[(\d+|\*)\]", settings.spark.master)
+    if settings.delivery.engine != "senders" or local is None:
         return settings
-    slots = max(int(local[1]), slots_needed(source_partitions(settings), settings, beside=beside))
+    if settings.delivery.matching_trigger == "micro_batch":
+        return settings
+    ensure_delivery_topics(settings)
+    partitions = source_partitions(settings)
+    slots = (os.cpu_count() or 1) if local[1] == "*" else int(local[1])
+    settings = with_trigger(settings, chosen_trigger(settings, partitions, cores_for("local", slots)))
+    if settings.delivery.matching_trigger != "realtime":
+        return settings
+    slots = max(slots, slots_needed(partitions, settings, beside=beside))
     return settings.model_copy(update={"spark": settings.spark.model_copy(update={"master": f"local[{slots}]"})})
 
 
 def check_slots(spark: SparkSession, settings: Settings) -> None:
     """Refuse to start a real-time matching query that could not get a slot per source
-    partition and leave one for the batching query: Spark would fail it with
-    ``CONCURRENT_SCHEDULER_INSUFFICIENT_SLOT`` (or the batching query would starve)."""
+    partition and leave one for the other queries: Spark would fail it with
+    ``CONCURRENT_SCHEDULER_INSUFFICIENT_SLOT`` (or the other queries would starve)."""
     if settings.delivery.matching_trigger != "realtime":
         return
     partitions, slots = source_partitions(settings), spark.sparkContext.defaultParallelism
     if partitions + 1 > slots:
         raise ConfigError(
             f"the real-time matching query reads {partitions} Kafka partitions and holds a task slot for each, "
-            f"but Spark has {slots}: set spark.master to local[{slots_needed(partitions, settings)}] (or give the "
-            "cluster that many cores), or set delivery.matching_trigger = \"micro_batch\""
+            f"but Spark has {slots}: set spark.master to local[{slots_needed(partitions, settings, beside=1)}] (or "
+            "give the cluster that many cores), or set delivery.matching_trigger = \"auto\" (micro-batches where "
+            "the cores do not cover the partitions)"
         )
 
 
@@ -146,12 +182,16 @@ def start_matching_query(spark: SparkSession, settings: Settings, live: LiveSnap
 
 
 class MatchingJob:
-    """The matching query, restarted on every new registry version, and, once any
-    subscription is in batch mode, the batching query: run as one :class:`~wayline.pipelines.job.Job`."""
+    """The matching query, restarted on every new registry version (and the batching query
+    while it drains an earlier version's leftovers): run as one :class:`~wayline.pipelines.job.Job`."""
 
     def __init__(self, spark: SparkSession, settings: Settings, database: Database, endpoints: EndpointService,
                  metrics: DeliveryMetrics, checkpoint: Path) -> None:
         self._spark = spark
+        ensure_delivery_topics(settings)
+        if settings.delivery.matching_trigger == "auto":
+            cores = cores_for(spark.sparkContext.master, spark.sparkContext.defaultParallelism)
+            settings = with_trigger(settings, chosen_trigger(settings, source_partitions(settings), cores))
         self._settings = settings
         self._database = database
         self._holder = live_snapshots(spark, settings, database, endpoints)
@@ -173,8 +213,8 @@ class MatchingJob:
         """Start the queries. The first snapshot is loaded first, so a registry that
         cannot be read is an error here rather than in a query thread."""
         self._holder.current()
-        ensure_delivery_topics(self._settings)
         check_slots(self._spark, self._settings)
+        _log.info("matching query trigger: %s", self._settings.delivery.matching_trigger)
         self.matching.begin()
         # Leftovers of an earlier run (in its state or on the topic) are sent even if no
         # subscription is in batch mode any more.
@@ -188,10 +228,13 @@ class MatchingJob:
         """The registry version the running matching query routes with."""
         return self._running_version
 
+    @property
+    def trigger(self) -> str:
+        """The matching query's trigger (chosen at :meth:`start` when ``auto``)."""
+        return self._settings.delivery.matching_trigger
+
     def _start_matching(self) -> StreamingQuery:
         live = self._holder.current()
-        if live.has_batch:
-            self.ensure_batching()
         query = start_matching_query(self._spark, self._settings, live, self._root / "senders-matching")
         self._running_version = live.version
         return query
@@ -213,7 +256,7 @@ class MatchingJob:
                 self.matching.restart()
 
     def ensure_batching(self) -> None:
-        """Start the batching query unless it runs (an idle one costs a micro-batch per trigger)."""
+        """Start the batching query unless it runs."""
         with self._lock:
             if self.batching is None and not self._stopped.is_set():
                 self.batching = self._start_batching()
@@ -249,6 +292,6 @@ class MatchingJob:
 
 
 __all__ = [
-    "OBSERVED", "QUERY_NAME", "MatchingJob", "check_slots", "slots_needed", "source_partitions",
-    "start_matching_query", "with_enough_slots",
+    "OBSERVED", "QUERY_NAME", "MatchingJob", "check_slots", "chosen_trigger", "cores_for", "slots_needed",
+    "source_partitions", "start_matching_query", "with_enough_slots", "with_trigger",
 ]

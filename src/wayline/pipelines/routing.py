@@ -41,12 +41,12 @@ from pyspark.sql import functions as F
 from wayline.core.settings import Settings
 from wayline.delivery import audit, work
 from wayline.delivery.bucket import Source
-from wayline.pipelines.batching import batch_work, bundle_key, bundle_value, shard_of
+from wayline.pipelines.batching import batch_work
 from wayline.pipelines.envelope import event_body, parse_events, quarantine_copy
 from wayline.pipelines.live_snapshot import BATCH, LiveSnapshot
 from wayline.pipelines.matching import with_subscriptions
 
-_PAIR = "pair"  # a batch-mode (event, subscription) before it is cut into chunks
+_PAIR = work.PAIR  # a batch-mode (event, subscription) before it is cut into chunks
 _UNIT_FIELDS = (
     ("kind", "string"), ("subscription_id", "string"), ("endpoint_id", "string"), ("max_count", "int"),
     ("max_wait_ms", "int"), ("event_id", "string"), ("body", "binary"), ("topic", "string"), ("key", "binary"),
@@ -130,32 +130,22 @@ def _units(quarantine_topic: str, quarantine_max_bytes: int, consumed_topic: str
 def work_records(units: DataFrame, version: int, settings: Settings) -> DataFrame:
     """The matching query's output (``delivery.engine = "senders"``): each of ``work_rows``'
     units as the Kafka record it makes — ``topic``, ``key``, ``value``, ``headers`` — in
-    one projection, no shuffle. A ``single`` request goes to ``delivery.work_topic`` in
-    the format of :mod:`wayline.delivery.work`, ``version`` (the snapshot's) in its
-    headers; a batch-mode pair to the batching query as a bundle of one event; quarantine
-    copies and self-audit records as the sending tasks write them. A filtered event writes
-    nothing."""
-    delivery = settings.delivery
-    single = F.col("kind") == F.lit("single")
-    pair = F.col("kind") == F.lit(_PAIR)
-    shard = shard_of(F.col("event_id"), delivery.batch_shards)
-    # A one-event bundle's replay guard: offsets only grow within a source partition.
-    origin = F.to_json(F.struct(F.concat_ws("/", F.lit("matching"), "source", "partition").alias("run"),
-                                F.col("offset").alias("batch_id")))
-    one = F.array(F.col("event_id"))
-    bundle = bundle_value(one, F.array(F.col("body").cast("string")), origin.substr(F.lit(2), F.length(origin) - 2))
-    fields = {work.KIND: F.lit("single"), work.SUBSCRIPTION: F.col("subscription_id"),
+    one projection, no shuffle. A ``single`` request and a batch-mode ``pair`` go to
+    ``delivery.work_topic`` in the format of :mod:`wayline.delivery.work`, keyed by
+    endpoint, ``version`` (the snapshot's) in their headers: the sender processes send the
+    first and gather the second into batches. Quarantine copies and self-audit records
+    go as the sending tasks write them. A filtered event writes nothing."""
+    request = F.col("kind").isin(work.SINGLE, _PAIR)
+    fields = {work.KIND: F.col("kind"), work.SUBSCRIPTION: F.col("subscription_id"),
               work.ENDPOINT: F.col("endpoint_id"), work.EVENT: F.col("event_id"), work.SOURCE: F.col("source"),
               work.VERSION: F.lit(str(version))}
     headers = F.array(*(F.struct(F.lit(name).alias("key"), fields[name].cast("binary").alias("value"))
                         for name in work.HEADERS))
-    return units.where(F.col("kind") != F.lit("filtered")).withColumn("shard", shard).select(
-        F.when(single, F.lit(delivery.work_topic)).when(pair, F.lit(delivery.batch_topic))
-        .otherwise(F.col("topic")).alias("topic"),
-        F.when(single, F.col("endpoint_id").cast("binary")).when(pair, bundle_key())
-        .otherwise(F.col("key")).alias("key"),
-        F.when(pair, bundle).otherwise(F.col("body")).alias("value"),
-        F.when(single, headers).otherwise(F.col("headers")).alias("headers"),
+    return units.where(F.col("kind") != F.lit("filtered")).select(
+        F.when(request, F.lit(settings.delivery.work_topic)).otherwise(F.col("topic")).alias("topic"),
+        F.when(request, F.col("endpoint_id").cast("binary")).otherwise(F.col("key")).alias("key"),
+        F.col("body").alias("value"),
+        F.when(request, headers).otherwise(F.col("headers")).alias("headers"),
     )
 
 

@@ -6,21 +6,26 @@ process is a member of the consumer group ``delivery.sender_group`` on that topi
 (cooperative-sticky assignment, so processes share its partitions and a rebalance moves
 only what must move). Its loop:
 
-1. **poll**: wait up to :data:`FIRST_WAIT_S` for one record, then take at once whatever
-   else the client has fetched, up to :data:`MAX_BATCH`. An idle process sends a lone
-   record as soon as it comes; a busy one finds the next batch already fetched (librdkafka
-   fetches in the background while a stage runs), so batches grow with the load and
-   nothing waits to fill one;
-2. **decode** the records into work rows (:func:`decode`); a record that breaks the
-   contract is quarantined with its reason, counted, and never stops the process;
-3. **send** them with the send step the Spark sending tasks run
+1. **poll**: wait up to :data:`FIRST_WAIT_S` (less when an open batch is due sooner) for
+   one record, then take at once whatever else the client has fetched, up to
+   :data:`MAX_BATCH`. An idle process sends a lone record as soon as it comes; a busy one
+   finds the next batch already fetched (librdkafka fetches in the background while a
+   stage runs), so batches grow with the load and nothing waits to fill one;
+2. **decode** the records into work rows and batch-mode pairs (:func:`decode`); a record
+   that breaks the contract is quarantined with its reason, counted, and never stops the
+   process;
+3. **gather** the pairs into their subscriptions' open batches
+   (:class:`~wayline.delivery.open_batches.OpenBatches`, in memory), which hand back the
+   batches that are full or whose ``max_wait`` has passed;
+4. **send** the requests and ready batches with the send step the Spark sending tasks run
    (:func:`~wayline.pipelines.send_step.send_work`): the same stage, dispatcher,
    deadline, straggler cut, delivery log, retry store and self-audit outcomes, with
    targets from the process's own registry snapshot;
-4. **commit** the batch's offsets, synchronously, only once its outcomes are recorded:
-   a crash resends at most what was consumed but not committed, and the stage's
-   ``settled`` check skips every one of those whose outcome was recorded (at-least-once,
-   the same webhook id on every attempt).
+5. **commit** offsets, synchronously, only once the outcomes are recorded, and never past
+   a pair an open batch still holds: a crash resends at most what was consumed but not
+   committed, gathers the open batches' pairs again, and the stage's ``settled`` check
+   skips every request whose outcome was recorded (at-least-once, the same webhook id on
+   every attempt).
 
 The transport, database pool and producer are one :class:`~wayline.pipelines.worker.WorkerPool`
 for the process's life. Nothing here loads Spark.
@@ -39,9 +44,10 @@ import threading
 from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime, timezone
 
 import pyarrow as pa
-from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message, TopicPartition
 
 from wayline.core.envelope import (
     DETAIL_HEADER,
@@ -54,8 +60,10 @@ from wayline.core.errors import WaylineError
 from wayline.core.kafka import ensure_topics
 from wayline.core.settings import Settings
 from wayline.delivery import work
+from wayline.delivery.batch import BatchItem, BatchLimits
 from wayline.delivery.holder import Polled, SnapshotHolder
 from wayline.delivery.metrics import DeliveryMetrics
+from wayline.delivery.open_batches import HeldPair, OpenBatches, Partition, ReadyBatch
 from wayline.delivery.outcomes import Outcome
 from wayline.delivery.stage import StageSettings
 from wayline.delivery.targets import Target, target_of
@@ -81,42 +89,51 @@ STOP_GRACE_S = 30.0
 """How long :func:`running_senders` lets a process finish its stage before killing it."""
 BAD_RECORD = "bad_work_record"
 """The quarantine reason of a work record that breaks the contract of :mod:`wayline.delivery.work`."""
+_DEFAULT_LIMITS = BatchLimits()
+"""A pair's subscription unknown to the snapshot (deleted since): batched as by default, then dead-lettered."""
 _REQUIRED = (work.KIND, work.SUBSCRIPTION, work.ENDPOINT, work.EVENT, work.SOURCE, work.VERSION)
 
 
 @dataclass(frozen=True)
 class SenderSnapshot:
-    """What a sender process needs of the registry: the targets and which subscriptions are live."""
+    """What a sender process needs of the registry: the targets, which subscriptions are
+    live, and the batch-mode ones' limits."""
 
     version: int
     targets: dict[str, Target]
     subscriptions: frozenset[str]
     """Enabled subscriptions of enabled endpoints."""
+    limits: dict[str, BatchLimits]
 
 
 def load_sender_snapshot(database: Database, endpoints: EndpointService) -> SenderSnapshot:
     with database.transaction() as session:
         snapshot = load_snapshot(session, endpoints)
+    limits = {s.id: BatchLimits.of(s.max_count, s.max_wait_ms) for s in snapshot.subscriptions.values()
+              if s.mode == "batch"}
     return SenderSnapshot(snapshot.version, {e.id: target_of(e) for e in snapshot.endpoints.values()},
-                          frozenset(snapshot.subscriptions))
+                          frozenset(snapshot.subscriptions), limits)
 
 
 @dataclass(frozen=True)
 class Decoded:
-    """A poll's records as work rows (:data:`~wayline.pipelines.send_step.WORK_ARROW_SCHEMA`)."""
+    """A poll's records as work rows (:data:`~wayline.pipelines.send_step.WORK_ARROW_SCHEMA`)
+    and batch-mode pairs."""
 
     work: pa.RecordBatch
     """``single`` requests, and a quarantine ``record`` per bad work record."""
+    pairs: list[HeldPair]
+    """Batch-mode pairs, in their partitions' order, for the open batches."""
     version: int
     """The newest registry version the requests were routed with (0: no request)."""
     subscriptions: frozenset[str]
-    """The requests' subscriptions."""
+    """The requests' and pairs' subscriptions."""
     bad: int
 
 
 def decode(records: Sequence[Message], quarantine_topic: str) -> Decoded:
-    """``records`` of the work topic as work rows; each one that breaks the contract
-    becomes its quarantine copy (the original key, value and headers, plus why)."""
+    """``records`` of the work topic as work rows and pairs; each one that breaks the
+    contract becomes its quarantine copy (the original key, value and headers, plus why)."""
     # Built column by column: a dict per row and pyarrow's inference over them cost more
     # than the rest of the decoding.
     columns: dict[str, list[object]] = {name: [] for name in WORK_ARROW_SCHEMA.names}
@@ -125,6 +142,7 @@ def decode(records: Sequence[Message], quarantine_topic: str) -> Decoded:
     headers_column, reason, source = columns["headers"], columns["reason"], columns["source"]
     versions: set[str] = set()
     subscriptions: set[str] = set()
+    pairs: list[HeldPair] = []
     bad = 0
     for record in records:
         raw = record.headers() or ()
@@ -135,6 +153,11 @@ def decode(records: Sequence[Message], quarantine_topic: str) -> Decoded:
         if problem is None:
             versions.add(headers[work.VERSION])
             subscriptions.add(headers[work.SUBSCRIPTION])
+            if headers[work.KIND] == work.PAIR:
+                pairs.append(HeldPair((record.topic(), record.partition()), record.offset(),
+                                      headers[work.SUBSCRIPTION], headers[work.ENDPOINT],
+                                      BatchItem(headers[work.EVENT], value)))
+                continue
             kind.append("single")
             subscription_id.append(headers[work.SUBSCRIPTION])
             endpoint_id.append(headers[work.ENDPOINT])
@@ -160,10 +183,25 @@ def decode(records: Sequence[Message], quarantine_topic: str) -> Decoded:
                 )])
             reason.append(BAD_RECORD)
         body.append(value)
-    columns["events"] = [None] * len(records)
+    columns["events"] = [None] * len(kind)
     batch = pa.RecordBatch.from_arrays(
         [pa.array(columns[field.name], type=field.type) for field in WORK_ARROW_SCHEMA], schema=WORK_ARROW_SCHEMA)
-    return Decoded(batch, max(map(int, versions), default=0), frozenset(subscriptions), bad)
+    return Decoded(batch, pairs, max(map(int, versions), default=0), frozenset(subscriptions), bad)
+
+
+def batch_rows(ready: Sequence[ReadyBatch]) -> pa.RecordBatch:
+    """Ready batches as ``batch`` work rows (the CloudEvents batch body, its events' ids)."""
+    rows = len(ready)
+    columns: dict[str, list[object]] = {
+        "kind": ["batch"] * rows,
+        "subscription_id": [r.batch.key.subscription_id for r in ready],
+        "endpoint_id": [r.endpoint_id for r in ready],
+        "event_ids": [r.batch.event_ids for r in ready],
+        "body": [r.batch.body for r in ready],
+    }
+    return pa.RecordBatch.from_arrays(
+        [pa.array(columns.get(field.name, [None] * rows), type=field.type) for field in WORK_ARROW_SCHEMA],
+        schema=WORK_ARROW_SCHEMA)
 
 
 _WANTED = frozenset(_REQUIRED)
@@ -184,15 +222,15 @@ def _headers(raw: Sequence[tuple[str, bytes | None]]) -> tuple[dict[str, str], s
     if len(headers) < len(_REQUIRED) or not all(headers.values()):
         missing = [name for name in _REQUIRED if not headers.get(name)]
         return headers, "missing header(s): " + ", ".join(missing)
-    if headers[work.KIND] != "single":
-        return headers, f"{work.KIND} is {headers[work.KIND]!r}: a sender process sends 'single' requests only"
+    if headers[work.KIND] not in work.KINDS:
+        return headers, f"{work.KIND} is {headers[work.KIND]!r}: a sender process takes {' or '.join(work.KINDS)}"
     if not headers[work.VERSION].isdigit():
         return headers, f"{work.VERSION} is {headers[work.VERSION]!r}, not a registry version (a whole number)"
     return headers, None
 
 
 class Sender:
-    """One sender process's consumer, registry snapshot, pools and loop (see the module's doc)."""
+    """One sender process's consumer, registry snapshot, open batches, pools and loop (see the module's doc)."""
 
     def __init__(self, settings: Settings, database: Database, metrics: DeliveryMetrics) -> None:
         delivery = settings.delivery
@@ -208,8 +246,10 @@ class Sender:
         self._pool = WorkerPool(settings)
         self._failing = Polled(self._pool.queue.failing_now if delivery.defer_failing else frozenset, frozenset(),
                                delivery.version_poll_s)
-        self._recorded: dict[tuple[str, int], int] = {}
-        """Per partition, the offset after the last record whose outcome is recorded, until committed."""
+        self._open = OpenBatches(self._limits)
+        self._consumed: dict[Partition, int] = {}
+        """Per partition, the offset after the last record taken (sent, or gathered in an open batch)."""
+        self._committed: dict[Partition, int] = {}
         self._consumer = Consumer({
             "bootstrap.servers": settings.kafka_bootstrap(),
             "group.id": delivery.sender_group,
@@ -225,46 +265,59 @@ class Sender:
     def run(self, stop: threading.Event) -> None:
         """Send until ``stop`` is set; the stage in progress then finishes and is committed."""
         while not stop.is_set():
-            first = self._consumer.poll(FIRST_WAIT_S)
-            if first is None:
-                continue
-            records = [first, *self._consumer.consume(MAX_BATCH - 1, 0)]
+            first = self._consumer.poll(self._wait_s())
+            records = [] if first is None else [first, *self._consumer.consume(MAX_BATCH - 1, 0)]
             usable = []
             for record in records:
                 if record.error() is not None:
                     _log.warning("work topic: %s", record.error())
                 else:
                     usable.append(record)
-            if not usable:
-                continue
             try:
                 self.send(usable)
             except (WaylineError, KafkaException) as exc:
-                # Nothing committed: the batch is taken again, and what it recorded is skipped.
+                # Nothing committed: the work is taken again, and what it recorded is skipped.
                 _log.warning("a stage of %d work records failed, retrying it in %g s: %s", len(usable),
                              FAILED_STAGE_PAUSE_S, exc)
-                self._rewind(usable)
+                self._rewind()
                 stop.wait(FAILED_STAGE_PAUSE_S)
 
+    def _wait_s(self) -> float:
+        """How long a poll may wait: until the next open batch is due, at most :data:`FIRST_WAIT_S`."""
+        deadline = self._open.next_deadline()
+        if deadline is None:
+            return FIRST_WAIT_S
+        return min(FIRST_WAIT_S, max(0.0, (deadline - datetime.now(timezone.utc)).total_seconds()))
+
+    def _limits(self, subscription_id: str) -> BatchLimits:
+        return self._holder.current().limits.get(subscription_id, _DEFAULT_LIMITS)
+
     def send(self, records: Sequence[Message]) -> None:
-        """Send ``records``' requests, record their outcomes, then commit their offsets."""
+        """Send ``records``' requests and the batches now full or due, record their outcomes,
+        then commit the offsets that no open batch still needs."""
         decoded = decode(records, self._settings.kafka.quarantine_topic)
         if decoded.bad:
             _log.warning("quarantined %d work records that break the contract (reason %s)", decoded.bad, BAD_RECORD)
+        now = datetime.now(timezone.utc)
         snapshot = self._holder.current()
         if decoded.version > snapshot.version:
-            # Routed with a registry newer than ours: read it before sending.
+            # Routed with a registry newer than ours: read it before sending (or batching).
             self._holder.refresh()
             snapshot = self._holder.current()
-        summary = send_work([decoded.work], snapshot.targets, self._settings, self._stage, lambda: self._pool,
-                            failing=self._failing.current(), gone=self._gone(decoded, snapshot))
+        ready = self._open.add(decoded.pairs, now) + self._open.due(now)
+        if not records and not ready:
+            return
+        subscriptions = decoded.subscriptions | {r.batch.key.subscription_id for r in ready}
+        summary = send_work([decoded.work, batch_rows(ready)], snapshot.targets, self._settings, self._stage,
+                            lambda: self._pool, failing=self._failing.current(),
+                            gone=self._gone(decoded.version, subscriptions, snapshot))
         if summary is not None:
-            summary.batches, summary.registry_version = 1, snapshot.version
+            summary.batches, summary.registry_version, summary.held = 1, snapshot.version, len(decoded.pairs)
             self._metrics.add(summary)
             retried = summary.deliveries.total(Outcome.RETRIED)
             if retried:
                 # Deferred (failing or slow endpoint), cut, or refused: the retry path has them now.
-                _log.info("%d of %d requests handed to the retry path", retried, len(records))
+                _log.info("%d of %d requests handed to the retry path", retried, len(records) + len(ready))
             gone = summary.deliveries.gone_subscriptions()
             if gone:
                 disable_gone(self._database, gone)
@@ -274,60 +327,68 @@ class Sender:
         for record in records:
             partition = (record.topic(), record.partition())
             if partition in assigned:
-                self._recorded[partition] = max(self._recorded.get(partition, 0), record.offset() + 1)
-        self._commit(self._recorded)
+                self._consumed[partition] = max(self._consumed.get(partition, 0), record.offset() + 1)
+        self._commit(self._consumed)
 
     @staticmethod
-    def _gone(decoded: Decoded, snapshot: SenderSnapshot) -> Collection[str]:
-        """The requests' subscriptions deleted or disabled since they were routed: dead-lettered
+    def _gone(version: int, subscriptions: frozenset[str], snapshot: SenderSnapshot) -> Collection[str]:
+        """The subscriptions deleted or disabled since their work was routed: dead-lettered
         unsent, as the delivery job's stage does for a subscription the store says is gone."""
-        if snapshot.version < decoded.version:
+        if snapshot.version < version:
             _log.warning("registry snapshot version %d is older than the work's %d (registry unreadable?): sending "
-                         "without checking for deleted subscriptions", snapshot.version, decoded.version)
+                         "without checking for deleted subscriptions", snapshot.version, version)
             return frozenset()
-        return decoded.subscriptions - snapshot.subscriptions
+        return subscriptions - snapshot.subscriptions
 
-    def _commit(self, recorded: dict[tuple[str, int], int]) -> None:
-        if not recorded:
+    def _commit(self, partitions: Collection[Partition]) -> None:
+        """Commit ``partitions`` as far as their work is recorded and no open batch holds them back."""
+        positions = {p: self._open.commit_position(p, self._consumed[p]) for p in partitions if p in self._consumed}
+        offsets = [TopicPartition(topic, partition, offset) for (topic, partition), offset in positions.items()
+                   if self._committed.get((topic, partition)) != offset]
+        if not offsets:
             return
-        offsets = [TopicPartition(topic, partition, offset) for (topic, partition), offset in recorded.items()]
         try:
             self._consumer.commit(offsets=offsets, asynchronous=False)
         except KafkaException as exc:
-            # Kept for the next commit or the revocation; if that fails too, the next
+            # Tried again at the next commit or the revocation; if that fails too, the next
             # owner resends from the last commit and skips what is recorded.
             _log.warning("could not commit the work topic's offsets: %s", exc)
         else:
-            for tp in offsets:
-                if recorded.get((tp.topic, tp.partition)) == tp.offset:
-                    del recorded[(tp.topic, tp.partition)]
+            self._committed.update(((tp.topic, tp.partition), tp.offset) for tp in offsets)
 
-    def _rewind(self, records: Sequence[Message]) -> None:
-        earliest: dict[tuple[str, int], int] = {}
-        for record in records:
-            partition = (record.topic(), record.partition())
-            earliest[partition] = min(earliest.get(partition, record.offset()), record.offset())
-        for (topic, partition), offset in earliest.items():
-            try:
-                self._consumer.seek(TopicPartition(topic, partition, offset))
-            except KafkaException as exc:  # revoked meanwhile: its next owner starts from the last commit
-                _log.warning("could not rewind %s[%d]: %s", topic, partition, exc)
+    def _rewind(self) -> None:
+        """Take every assigned partition again from its last commit: the failed stage's work
+        and the open batches' pairs (dropped here) are read again."""
+        self._open.drop({(p.topic, p.partition) for p in self._consumer.assignment()})
+        self._consumed.clear()
+        try:
+            committed = self._consumer.committed(self._consumer.assignment(), timeout=10)
+            for tp in committed:
+                self._consumer.seek(tp if tp.offset >= 0 else TopicPartition(tp.topic, tp.partition, OFFSET_BEGINNING))
+        except KafkaException as exc:  # revoked meanwhile: its next owner starts from the last commit
+            _log.warning("could not rewind the work topic: %s", exc)
+        self._committed.clear()
 
     def _revoked(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
         """Commit what is recorded of the partitions leaving this process (called inside poll,
         so between stages: everything consumed so far is recorded)."""
-        leaving = {(p.topic, p.partition) for p in partitions}
-        self._commit({key: offset for key, offset in self._recorded.items() if key in leaving})
+        self._commit({(p.topic, p.partition) for p in partitions})
         self._lost(_consumer, partitions)
 
     def _lost(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        for p in partitions:
-            self._recorded.pop((p.topic, p.partition), None)
+        leaving = {(p.topic, p.partition) for p in partitions}
+        dropped = self._open.drop(leaving)
+        if dropped:
+            _log.info("%d batch-mode pairs of revoked partitions left to their next owner", dropped)
+        for partition in leaving:
+            self._consumed.pop(partition, None)
+            self._committed.pop(partition, None)
 
     def close(self) -> None:
-        """Commit what is recorded, leave the group (its partitions move at once) and close the pools."""
+        """Commit what is recorded, leave the group (its partitions move at once) and close the
+        pools. Open batches are not sent: their pairs are read again by the next owner."""
         try:
-            self._commit(self._recorded)
+            self._commit(list(self._consumed))
             self._consumer.close()
         finally:
             self._pool.close()
@@ -393,6 +454,7 @@ def running_senders(settings: Settings) -> Iterator[list[int]]:
 
 
 __all__ = [
-    "BAD_RECORD", "FIRST_WAIT_S", "MAX_BATCH", "SENDER_COMMAND", "Decoded", "Sender", "SenderSnapshot", "decode",
+    "BAD_RECORD", "FIRST_WAIT_S", "MAX_BATCH", "SENDER_COMMAND", "Decoded", "Sender", "SenderSnapshot", "batch_rows",
+    "decode",
     "ensure_work_topics", "freeze_startup_heap", "load_sender_snapshot", "run_sender", "running_senders",
 ]
