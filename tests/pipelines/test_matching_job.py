@@ -17,14 +17,12 @@ One scenario per trigger, in three acts:
 from __future__ import annotations
 
 import os
-
 from collections import Counter
 from pathlib import Path
 
 import orjson
 import pytest
 from confluent_kafka import Message, Producer
-from sqlalchemy import select
 
 from tests.pipelines.test_delivery_crash import subscribe_single_and_batched
 from tests.recon.streams import read_records
@@ -36,7 +34,6 @@ from wayline.core.settings import Settings
 from wayline.delivery import work
 from wayline.delivery.bucket import Source
 from wayline.delivery.metrics import DeliveryMetrics
-from wayline.delivery.storage.store import RetryEntry
 from wayline.pipelines.matching_job import (
     OBSERVED,
     MatchingJob,

@@ -22,7 +22,7 @@ from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from wayline.delivery.batch import Batch, BatchItem, BatchKey, Batcher, BatchLimits
+from wayline.delivery.batch import Batch, Batcher, BatchItem, BatchKey, BatchLimits
 
 Partition = tuple[str, int]
 """A work topic partition: (topic, partition)."""
