@@ -95,7 +95,7 @@ def main() -> None:
     if set(systems) - set(SYSTEMS):
         parser.error(f"--systems takes some of {','.join(SYSTEMS)}")
     args.batch_per_trigger = None  # streaming only
-    args.layout, args.source_partitions = "domains", None  # the load generator's topics
+    args.source_partitions = None  # the load generator's topics, a topic per domain (Bench.layout)
 
     results = []
     with (fresh_stack(RESULTS / "connections-state", registry={"url_allow_list": ["127.0.0.1/32"]})

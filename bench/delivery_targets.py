@@ -1,16 +1,20 @@
-"""Benchmark: issue 13's delivery targets, each beside its two baselines in the same run.
+"""Benchmark: the delivery targets (issues 13 and 25), each beside its baselines in the same run.
 
-Four *systems* read the same kind of traffic on this machine (broker, PostgreSQL, Spark
-``local[2]`` and the receiver all here):
+The *systems* read the same kind of traffic on this machine (broker, PostgreSQL, Spark
+and the receiver all here):
 
 - **plain**: ``bench/plain_sender.py``, a plain Kafka consumer → route by type → sign →
   aiohttp POST in one process: what Wayline must beat;
+- **wayline**: ``wayline run delivery`` and ``wayline run retries`` as a user starts them,
+  every delivery setting at its default: the figure a user gets, whatever the default
+  engine and trigger are when this runs;
 - **floor**: a Structured Streaming query on the same topics, with the same source,
   trigger and ``maxOffsetsPerTrigger`` as the job, whose ``foreachBatch`` runs one trivial
   Spark job (event-time buckets counted): Spark's own limit for a micro-batch;
-- **job**: the delivery job, started through its public entry point (``start_delivery``
-  with ``Settings``), so this measures whatever the job is when it runs.
-- **senders**: ``delivery.engine = "senders"``, ``wayline run delivery`` in its own process.
+- **job**: the micro-batch engine's delivery job, started through its public entry point
+  (``start_delivery`` with ``Settings``) in this process;
+- **senders**: ``delivery.engine = "senders"``, ``wayline run delivery`` in its own process,
+  with this bench's delivery flags (``--per-trigger`` and the like).
 
 Both Wayline systems run with ``wayline run retries`` beside them, as deployed: what a
 send stage hands to the retry path (a request cut as a straggler, an endpoint marked
@@ -25,7 +29,13 @@ floor: its Kafka timestamp, stamped as it is produced, to the end of its micro-b
 *Scenarios*, each chosen with ``--scenarios`` so one can be rerun alone:
 
 - ``steady``: streaming mode at each of ``--rates`` events/s for ``--steady-seconds`` after
-  a small primed warm-up; latency p50/p99 and the producer's achieved rate;
+  a small primed warm-up; latency p50/p99, the producer's achieved rate, and for the
+  systems in processes of their own (plain, wayline, senders) CPU seconds per 1,000
+  events (every process of the system and its descendants: JVMs, Python workers, sender
+  processes, the retry job) and peak resident memory;
+- ``batch_latency``: the same in batch mode (1,000 events or 1 s) at each of
+  ``--batch-rates``, where no endpoint reaches 1,000 events in a second: event ``time`` →
+  arrival of the batch that carried it;
 - ``backlog``: ``--backlog-events`` produced first, drained in streaming mode: deliveries/s
   and wall time from the system's start to its last request;
 - ``batch``: ``--batch-events`` drained in batch mode (1,000 events or 1 s): events/s, wall time;
@@ -34,13 +44,15 @@ floor: its Kafka timestamp, stamped as it is produced, to the end of its micro-b
   spike, the first second whose p99 is back within 2x the p99 before it), and the peak
   resident memory of the Spark JVM, its Python workers and the plain sender.
 
-The events go to the load generator's 20 topics (one per domain) of
-``kafka.topic_partitions`` partitions each, or with ``--layout ingest`` to one topic with
-every type; ``--source-partitions`` sets the partitions per topic.
+The events go to the load generator's topics in each of ``--layouts`` in turn (results
+labelled by layout in one table): ``domains``, 20 topics × 2 partitions (the demo's);
+``types``, 500 topics × 1 partition (the design brief's count); ``ingest``, one topic × 2
+partitions. ``--source-partitions`` overrides the partitions per topic.
 
 Every scenario is run ``--runs`` times (systems in a rotating order); the table shows
 medians. Results: ``bench/results/delivery_targets-<time>.json`` and a markdown table.
 Run: .venv/bin/python bench/delivery_targets.py --scenarios steady --rates 1000 --runs 3
+(default systems: plain,wayline; default layouts: domains,types,ingest)
 It starts its own stack under bench/results/delivery_targets-state and stops it at the end.
 """
 
@@ -88,8 +100,11 @@ from wayline.stack import loadgen
 from wayline.stack.seed import seed
 from wayline.stack.spark import spark_session
 
-SYSTEMS = ("plain", "floor", "job", "senders")
-SCENARIOS = ("steady", "backlog", "batch", "spike")
+SYSTEMS = ("plain", "floor", "wayline", "job", "senders")
+SCENARIOS = ("steady", "batch_latency", "backlog", "batch", "spike")
+SOURCE_PARTITIONS: dict[loadgen.Layout, int] = {"domains": 2, "types": 1, "ingest": 2}
+"""Partitions per event topic in each layout unless ``--source-partitions`` says otherwise:
+the demo's 20 topics x 2, the brief's 500 topics x 1, an ingest topic of 2."""
 # Give up when nothing new arrived for this long; the first arrival may take longer (a
 # job's first micro-batch starts its Python workers and loads the registry).
 STALL_S = 120.0
@@ -191,12 +206,13 @@ class Sampler:
 
 class MemorySampler(Sampler):
     """Peak resident memory, sampled every ``SAMPLE_S``: the Spark JVM (this process's
-    SparkSubmit child), its Python workers together, and a system's own process with its
-    descendants (the plain sender; `wayline run delivery` with its JVM and sender processes)."""
+    SparkSubmit child), its Python workers together, and a system's own processes with their
+    descendants (the plain sender; `wayline run delivery` with its JVM and sender processes,
+    and `wayline run retries` with its JVM)."""
 
-    def __init__(self, pid: int | None = None) -> None:
+    def __init__(self, pids: list[int] = ()) -> None:
         super().__init__(SAMPLE_S)
-        self._pid = pid
+        self._pids = list(pids)
         self.peaks_mb = {"jvm": 0.0, "python_workers": 0.0, "process": 0.0}
 
     def sample(self) -> None:
@@ -209,9 +225,26 @@ class MemorySampler(Sampler):
         self.peaks_mb = {k: max(v, now[k]) for k, v in self.peaks_mb.items()}
 
     def _tree(self, processes: dict[int, tuple[int, float, bytes]]) -> list[int]:
-        if self._pid is None or self._pid not in processes:
-            return []
-        return [self._pid, *_descendants(processes, [self._pid])]
+        roots = [pid for pid in self._pids if pid in processes]
+        return [*roots, *_descendants(processes, roots)]
+
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """User and system CPU seconds used so far by ``pids`` and every descendant alive now
+    (the JVMs, Python workers and sender processes of a `wayline run` command)."""
+    processes = _processes()
+    roots = [pid for pid in pids if pid in processes]
+    total = 0
+    for pid in {*roots, *_descendants(processes, roots)}:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # gone meanwhile
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / CLOCK_TICKS
 
 
 def _processes() -> dict[int, tuple[int, float, bytes]]:
@@ -247,13 +280,14 @@ def _descendants(processes: dict[int, tuple[int, float, bytes]], roots: list[int
 
 
 def produce_paced(bootstrap: str, prefix: str, run_id: str, segments: list[tuple[float, float]], out: Any,
-                  emit: Callable[[Producer, loadgen.Record], None] | None = None, ingest: bool = False) -> None:
+                  emit: Callable[[Producer, loadgen.Record], None] | None = None,
+                  layout: loadgen.Layout = "domains") -> None:
     """The steady producer's process: each (rate, seconds) segment in turn, paced every
     ``TICK_S`` (not in bursts), each tick's events stamped with the time they are sent.
     Sends back, per segment, its epoch bounds and the rate it achieved. ``emit`` writes
     each event (``bench/senders.py``: as work records); default: to its event topic."""
     emit = emit or _produce
-    factory = loadgen.EventFactory(topic_prefix=prefix, run_id=run_id, ingest=ingest)
+    factory = loadgen.EventFactory(topic_prefix=prefix, run_id=run_id, layout=layout)
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "compression.type": "lz4",
                          "queue.buffering.max.messages": 1_000_000})
     marks = []
@@ -285,10 +319,10 @@ def _produce(producer: Producer, record: loadgen.Record) -> None:
 
 def produce_steady(bootstrap: str, prefix: str, run_id: str, segments: list[tuple[float, float]],
                    emit: Callable[[Producer, loadgen.Record], None] | None = None,
-                   ingest: bool = False) -> list[dict[str, Any]]:
+                   layout: loadgen.Layout = "domains") -> list[dict[str, Any]]:
     receive_marks, send_marks = SPAWN.Pipe(duplex=False)
     process = SPAWN.Process(target=produce_paced,
-                            args=(bootstrap, prefix, run_id, segments, send_marks, emit, ingest))
+                            args=(bootstrap, prefix, run_id, segments, send_marks, emit, layout))
     process.start()
     marks: list[dict[str, Any]] = receive_marks.recv()
     process.join()
@@ -309,17 +343,15 @@ class Bench:
     trust: Callable[[dict[str, list[str]]], None]
     args: argparse.Namespace
 
-    @property
-    def ingest(self) -> bool:
-        """Every event type on one ingest topic rather than a topic per domain (``--layout``)."""
-        return self.args.layout == "ingest"
+    layout: loadgen.Layout = "domains"
+    """The event topics of the measurements under way (``--layouts``)."""
 
     @property
     def partitions(self) -> int:
-        return self.args.source_partitions or self.settings.kafka.topic_partitions
+        return self.args.source_partitions or SOURCE_PARTITIONS[self.layout]
 
     def events(self, prefix: str, run_id: str) -> loadgen.EventFactory:
-        return loadgen.EventFactory(topic_prefix=prefix, run_id=run_id, ingest=self.ingest)
+        return loadgen.EventFactory(topic_prefix=prefix, run_id=run_id, layout=self.layout)
 
     def settings_for(self, prefix: str, tag: str, mode: Mode) -> Settings:
         """The job's and the floor's settings for one measurement: its topics, and the flags."""
@@ -342,7 +374,8 @@ class Running:
     arrivals: Arrivals
     alive: Callable[[], bool]
     stop: Callable[[], None]
-    pid: int | None = None
+    pids: list[int] = field(default_factory=list)
+    """The system's own processes (with their descendants: what its memory and CPU are)."""
 
 
 def start_plain(bench: Bench, prefix: str, tag: str, mode: Mode) -> Running:
@@ -356,7 +389,7 @@ def start_plain(bench: Bench, prefix: str, tag: str, mode: Mode) -> Running:
             for event_type in sub.event_types:
                 routes.setdefault(event_type, []).append(route)
     bench.trust(secrets)
-    config = plain_sender.SenderConfig(bench.settings.kafka_bootstrap(), loadgen.topics(prefix, ingest=bench.ingest),
+    config = plain_sender.SenderConfig(bench.settings.kafka_bootstrap(), loadgen.topics(prefix, layout=bench.layout),
                                        bench.partitions, routes, mode)
     stopping = SPAWN.Event()
     process = SPAWN.Process(target=plain_sender.run, args=(config, stopping))
@@ -368,7 +401,7 @@ def start_plain(bench: Bench, prefix: str, tag: str, mode: Mode) -> Running:
         if process.is_alive():
             process.kill()
 
-    return Running(ReceiverArrivals(bench.receiver_url, f"/{tag}/"), process.is_alive, stop, process.pid)
+    return Running(ReceiverArrivals(bench.receiver_url, f"/{tag}/"), process.is_alive, stop, [process.pid])
 
 
 def start_floor(bench: Bench, prefix: str, tag: str, mode: Mode) -> Running:
@@ -459,7 +492,23 @@ def start_senders(bench: Bench, prefix: str, tag: str, mode: Mode) -> Running:
     shutil.rmtree(settings.checkpoint_root / "delivery", ignore_errors=True)  # the last measurement's topics
     commands = senders_process(settings, tag)
     return Running(ReceiverArrivals(bench.receiver_url, f"/{tag}/"), commands.alive, commands.stop,
-                   commands.processes[0].pid)
+                   [p.pid for p in commands.processes])
+
+
+def start_wayline(bench: Bench, prefix: str, tag: str, mode: Mode) -> Running:
+    """``wayline run delivery`` and ``wayline run retries`` as a user starts them: every
+    delivery setting at its default (whatever the default engine and trigger are when this
+    runs), with only this measurement's event topics, and a work topic and sender group of
+    its own so that no measurement reads another's work."""
+    settings = bench.settings
+    endpoints = EndpointService.from_settings(settings)
+    bench.trust(seed(bench.database, endpoints, bench.receiver_url, shape(mode, tag)).secrets)
+    shutil.rmtree(settings.checkpoint_root / "delivery", ignore_errors=True)  # the last measurement's topics
+    commands = Commands(settings, ["delivery", RETRIES], **{
+        "WAYLINE_KAFKA__EVENT_TOPIC_PREFIX": prefix, "WAYLINE_DELIVERY__WORK_TOPIC": work_topic(tag),
+        "WAYLINE_DELIVERY__SENDER_GROUP": tag})
+    return Running(ReceiverArrivals(bench.receiver_url, f"/{tag}/"), commands.alive, commands.stop,
+                   [p.pid for p in commands.processes])
 
 
 def senders_process(settings: Settings, tag: str, more: dict[str, str] | None = None, *, retries: bool = True,
@@ -496,14 +545,14 @@ def matching_hop(bench: Bench, tag: str, since: float) -> dict[str, float | None
 
 
 STARTERS: dict[str, Callable[[Bench, str, str, Mode], Running]] = {
-    "plain": start_plain, "floor": start_floor, "job": start_job, "senders": start_senders}
+    "plain": start_plain, "floor": start_floor, "wayline": start_wayline, "job": start_job, "senders": start_senders}
 
 
 @contextmanager
 def running(bench: Bench, system: str, prefix: str, tag: str, mode: Mode) -> Iterator[tuple[Running, MemorySampler]]:
     started = STARTERS[system](bench, prefix, tag, mode)
     try:
-        with MemorySampler(started.pid) as memory:
+        with MemorySampler(started.pids) as memory:
             yield started, memory
     finally:
         started.stop()
@@ -513,7 +562,8 @@ def memory_figures(system: str, peaks_mb: dict[str, float]) -> dict[str, float]:
     """The peaks that belong to ``system``: the idle JVM is not the plain sender's, and the
     floor starts no Python workers (those seen are the job's, idle). The JVM is one session
     through every measurement, so its peak includes what earlier ones left on its heap."""
-    mine = {"plain": ("process",), "floor": ("jvm",), "job": ("jvm", "python_workers"), "senders": ("process",)}[system]
+    mine = {"plain": ("process",), "floor": ("jvm",), "wayline": ("process",), "job": ("jvm", "python_workers"),
+            "senders": ("process",)}[system]
     return {f"peak_{k}_mb": peaks_mb[k] for k in mine}
 
 
@@ -537,32 +587,39 @@ def wait_for(started: Running, expected: int) -> dict[str, Any]:
 
 def fresh_topics(bench: Bench, tag: str) -> str:
     prefix = f"bench.{tag}.events."
-    ensure_topics(bench.settings.kafka_bootstrap(), loadgen.topics(prefix, ingest=bench.ingest), bench.partitions)
+    ensure_topics(bench.settings.kafka_bootstrap(), loadgen.topics(prefix, layout=bench.layout), bench.partitions)
     return prefix
 
 
-def rate_run(bench: Bench, system: str, tag: str, segments: list[tuple[float, float]]) -> dict[str, Any]:
-    """Streaming mode fed at the segments' rates after a primed start; the arrivals, the
-    producer's marks and the peak memory."""
+def rate_run(bench: Bench, system: str, tag: str, segments: list[tuple[float, float]],
+             mode: Mode = "streaming") -> dict[str, Any]:
+    """``mode`` fed at the segments' rates after a primed start; the arrivals, the
+    producer's marks, the peak memory, and the CPU seconds the system's processes used
+    from the first segment's start to the last event's arrival (None for the systems that
+    run in this process)."""
     prefix = fresh_topics(bench, tag)
     bootstrap = bench.settings.kafka_bootstrap()
-    with running(bench, system, prefix, tag, "streaming") as (started, memory):
+    with running(bench, system, prefix, tag, mode) as (started, memory):
         # A few events first, so start-up (workers, registry load) is not in the timed part.
         loadgen.produce(bootstrap, bench.events(prefix, f"{tag}p").records(PRIME_EVENTS))
         wait_for(started, PRIME_EVENTS)
-        marks = produce_steady(bootstrap, prefix, tag, segments, ingest=bench.ingest)
+        cpu_from = cpu_seconds(started.pids)
+        marks = produce_steady(bootstrap, prefix, tag, segments, layout=bench.layout)
         wait_for(started, PRIME_EVENTS + sum(m["sent"] for m in marks))
-    return {"marks": marks, "memory_peak_mb": memory.peaks_mb, "arrivals": started.arrivals}
+        cpu = cpu_seconds(started.pids) - cpu_from if started.pids else None
+    return {"marks": marks, "memory_peak_mb": memory.peaks_mb, "arrivals": started.arrivals, "cpu_s": cpu}
 
 
-def steady(bench: Bench, system: str, tag: str, rate: float) -> dict[str, Any]:
-    got = rate_run(bench, system, tag, [(rate, bench.args.steady_seconds)])
+def steady(bench: Bench, system: str, tag: str, rate: float, mode: Mode = "streaming") -> dict[str, Any]:
+    got = rate_run(bench, system, tag, [(rate, bench.args.steady_seconds)], mode)
     mark = got["marks"][0]
     window = got["arrivals"].totals(mark["from"] + bench.args.warmup_s, math.inf)
-    hop = matching_hop(bench, tag, mark["from"] + bench.args.warmup_s) if system == "senders" else {}
-    return {"measure": f"steady {rate:g}/s", "achieved_rate": mark["achieved_rate"],
+    hop = matching_hop(bench, tag, mark["from"] + bench.args.warmup_s) if system in ("senders", "wayline") else {}
+    cpu = {} if got["cpu_s"] is None else {"cpu_s_per_1000": got["cpu_s"] / mark["sent"] * 1000}
+    return {"measure": f"steady {rate:g}/s" if mode == "streaming" else f"batch mode {rate:g}/s",
+            "achieved_rate": mark["achieved_rate"],
             "latency_p50_s": window["latency_p50_s"], "latency_p99_s": window["latency_p99_s"],
-            "events": mark["sent"], **hop}
+            "events": mark["sent"], **hop, **cpu, **memory_figures(system, got["memory_peak_mb"])}
 
 
 def spike(bench: Bench, system: str, tag: str) -> dict[str, Any]:
@@ -627,11 +684,15 @@ def one_round(bench: Bench, run: int, scenario: str) -> list[dict[str, Any]]:
     elif scenario == "steady":
         measurements = [(s, partial(steady, bench, s, f"{stamp}s{int(rate)}{s}", rate))
                         for rate in args.rates for s in systems]
+    elif scenario == "batch_latency":
+        measurements = [(s, partial(steady, bench, s, f"{stamp}b{int(rate)}{s}", rate, "batch"))
+                        for rate in args.batch_rates for s in systems if s != "floor"]
     else:
         measurements = [(s, partial(spike, bench, s, f"{stamp}spike{s}")) for s in systems]
     results = []
     for system, measure in measurements:
-        result = measure() | {"run": run, "system": system, "load_average": os.getloadavg()}
+        result = measure() | {"run": run, "system": system, "layout": bench.layout, "partitions": bench.partitions,
+                              "load_average": os.getloadavg()}
         print(json.dumps(result), flush=True)
         results.append(result)
     return results
@@ -639,18 +700,25 @@ def one_round(bench: Bench, run: int, scenario: str) -> list[dict[str, Any]]:
 
 # --- Report ---------------------------------------------------------------------------------
 
-FIGURES = ("achieved_rate", "latency_p50_s", "latency_p99_s", "matching_p50_s", "matching_p99_s", "events_per_s", "wall_s", "p99_before_s",
-           "p99_during_s", "p99_after_s", "catch_up_s", "peak_jvm_mb", "peak_python_workers_mb", "peak_process_mb")
+FIGURES = ("achieved_rate", "latency_p50_s", "latency_p99_s", "matching_p50_s", "matching_p99_s", "events_per_s",
+           "first_to_last_per_s", "wall_s", "p99_before_s", "p99_during_s", "p99_after_s", "catch_up_s",
+           "cpu_s_per_1000", "peak_jvm_mb", "peak_python_workers_mb", "peak_process_mb")
+LAYOUT_NAMES = {"domains": "20 topics", "types": "500 topics", "ingest": "ingest topic"}
+
+
+def _label(result: dict[str, Any]) -> str:
+    layout = result.get("layout", "domains")
+    return f"{LAYOUT_NAMES[layout]} × {result.get('partitions', '?')}: {result['measure']}"
 
 
 def table(results: list[dict[str, Any]]) -> str:
-    """Markdown: per measure and figure, each system's median and its runs."""
+    """Markdown: per layout, measure and figure, each system's median and its runs."""
     systems = [s for s in SYSTEMS if any(r["system"] == s for r in results)]
     lines = ["| measure | figure | " + " | ".join(systems) + " |", "| --- | --- |" + " --- |" * len(systems)]
-    for measure in dict.fromkeys(r["measure"] for r in results):
+    for measure in dict.fromkeys(map(_label, results)):
         for figure in FIGURES:
             cells = [_cell([r[figure] for r in results
-                            if r["measure"] == measure and r["system"] == s and figure in r])
+                            if _label(r) == measure and r["system"] == s and figure in r])
                      for s in systems]
             if any(cells):
                 lines.append(f"| {measure} | {figure} | " + " | ".join(cells) + " |")
@@ -679,7 +747,7 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--scenarios", default="steady,backlog,batch,spike", help=f"some of {','.join(SCENARIOS)}")
-    parser.add_argument("--systems", default="plain,floor,job", help=f"some of {','.join(SYSTEMS)}")
+    parser.add_argument("--systems", default="plain,wayline", help=f"some of {','.join(SYSTEMS)}")
     parser.add_argument("--rates", type=lambda t: [float(r) for r in t.split(",")], default=[300.0, 1000.0, 5000.0])
     parser.add_argument("--steady-seconds", type=float, default=30)
     parser.add_argument("--warmup-s", type=float, default=2.0, help="first seconds of a steady phase not timed")
@@ -689,8 +757,11 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--spike-peak", type=float, default=50_000)
     parser.add_argument("--spike-seconds", type=float, default=30)
     parser.add_argument("--spike-calm-seconds", type=float, default=30, help="at the base rate, before and after")
-    parser.add_argument("--layout", choices=("domains", "ingest"), default="domains",
-                        help="event topics: one per domain (20), or one ingest topic for every type")
+    parser.add_argument("--layouts", type=lambda t: t.split(","), default=list(loadgen.LAYOUTS),
+                        help="event topics, each layout measured in turn: domains (a topic per domain, 20: the "
+                             "demo's), types (a topic per event type, 500), ingest (one topic for every type)")
+    parser.add_argument("--batch-rates", type=lambda t: [float(r) for r in t.split(",")], default=[300.0, 1000.0],
+                        help="batch_latency: events/s in batch mode (1,000 events or 1 s, so the second decides)")
     parser.add_argument("--source-partitions", type=int, help="partitions per event topic (kafka.topic_partitions)")
     # Unset: the job's own defaults (whatever the job is when this runs); the floor uses the same.
     parser.add_argument("--trigger-interval", type=float, help="delivery.trigger_interval_s")
@@ -699,7 +770,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--send-partitions", type=int, help="delivery.send_partitions")
     parser.add_argument("--deadline", type=float, help="delivery.stage_deadline_s")
     args = parser.parse_args()
-    unknown = set(args.scenarios.split(",")) - set(SCENARIOS) | set(args.systems.split(",")) - set(SYSTEMS)
+    unknown = (set(args.scenarios.split(",")) - set(SCENARIOS) | set(args.systems.split(",")) - set(SYSTEMS)
+               | set(args.layouts) - set(loadgen.LAYOUTS))
     if unknown:
         parser.error(f"unknown scenarios or systems: {', '.join(sorted(unknown))}")
     return args
@@ -717,9 +789,11 @@ def main() -> None:
 def run_all(settings: Settings, database: Database, args: argparse.Namespace) -> list[dict[str, Any]]:
     results: list[dict[str, Any]] = []
     with bench_session(settings, database, args) as bench:
-        for run in range(args.runs):
-            for scenario in (s for s in SCENARIOS if s in args.scenarios.split(",")):
-                results += one_round(bench, run, scenario)
+        for layout in args.layouts:
+            bench.layout = layout
+            for run in range(args.runs):
+                for scenario in (s for s in SCENARIOS if s in args.scenarios.split(",")):
+                    results += one_round(bench, run, scenario)
     return results
 
 

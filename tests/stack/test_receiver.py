@@ -69,3 +69,27 @@ def test_connections_count_each_client_connection_once_per_path_and_once_under_a
     assert (stats["/c/a"]["requests"], stats["/c/a"]["connections"]) == (5, 3)
     assert (stats["/c/b"]["requests"], stats["/c/b"]["connections"]) == (1, 1)
     assert (totals["requests"], totals["connections"]) == (6, 3)
+
+
+def test_the_last_minute_keeps_batch_and_streaming_endpoints_apart_and_forgets_older_arrivals() -> None:
+    secret = Secret.generate()
+    server = ReceiverServer(Receiver({path: [secret.text] for path in ("/s", "/b")}))
+    try:
+        now = time.time()
+        for n in range(4):
+            post(server.url, "/s", secret, f"single-{n}", now - 0.5 if n else now - 30)
+        events = [{"id": f"b{n}", "time": datetime.fromtimestamp(now - 2, UTC).isoformat()} for n in range(3)]
+        body = orjson.dumps(events)
+        headers = signed_headers("msg_batch", int(time.time()), body, [secret]) | {
+            "content-type": "application/cloudevents-batch+json"}
+        assert httpx.post(f"{server.url}/b", content=body, headers=headers).status_code == 204
+        recent = server.receiver.recent()
+        # Seen from 61 s later, the window has moved past every arrival.
+        later = server.receiver.recent(now=time.time() + 61)
+    finally:
+        server.close()
+    assert recent["streaming"]["events"] == 4 and recent["batch"]["events"] == 3
+    assert 0.5 <= recent["streaming"]["latency_p50_s"] < 2 and recent["streaming"]["latency_p99_s"] >= 30
+    assert 2 <= recent["batch"]["latency_p50_s"] < 5
+    assert later == {mode: {"events": 0, "latency_p50_s": None, "latency_p99_s": None}
+                     for mode in ("streaming", "batch")}

@@ -194,7 +194,7 @@ def _watch_delivery(settings: Settings, receiver: Receiver | None = None,
             input_rate = float(progress.get("inputRowsPerSecond") or 0)
             stats = receiver.stats() if receiver else {}
             if senders:
-                return senders_view(progress, input_rate, stats)
+                return senders_view(progress, input_rate, stats, receiver.recent() if receiver else None)
             return delivery_view(metrics.overview(), input_rate, stats)
 
         retry_query = compose.retry_query(wiring, metrics) if retries else None

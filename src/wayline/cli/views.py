@@ -11,6 +11,7 @@ from wayline.delivery.metrics import Overview
 from wayline.delivery.outcomes import Outcome
 from wayline.pipelines.inspect import InspectCounts
 from wayline.stack.local import StackState
+from wayline.stack.receiver import RECENT_S
 
 
 def stack_table(state: StackState) -> Table:
@@ -69,9 +70,11 @@ def delivery_view(seen: Overview, input_rate: float, endpoints: dict[str, dict[s
     return Group(summary, received_table(endpoints))
 
 
-def senders_view(progress: dict[str, Any], input_rate: float, endpoints: dict[str, dict[str, Any]]) -> Group:
-    """With ``delivery.engine = "senders"``: the matching query's last batch beside what each
-    endpoint of the local receiver got (the sender processes count on their own /metrics)."""
+def senders_view(progress: dict[str, Any], input_rate: float, endpoints: dict[str, dict[str, Any]],
+                 recent: dict[str, dict[str, Any]] | None = None) -> Group:
+    """With ``delivery.engine = "senders"``: the matching query's last batch, what the local
+    receiver's endpoints got in the last minute (streaming and batch apart), and what each
+    got since the start (the sender processes count on their own /metrics)."""
     from wayline.pipelines.matching_job import OBSERVED
 
     observed = (progress.get("observedMetrics") or {}).get(OBSERVED)
@@ -83,12 +86,23 @@ def senders_view(progress: dict[str, Any], input_rate: float, endpoints: dict[st
         f"{int(seen.get('filtered') or 0):,} matched no one",
         f"[red]{int(seen.get('quarantined') or 0):,}[/] quarantined",
     )
-    return Group(summary, received_table(endpoints))
+    return Group(summary, *([recent_table(recent)] if recent else []), received_table(endpoints))
+
+
+def recent_table(recent: dict[str, dict[str, Any]]) -> Table:
+    """The receiver's last minute (:meth:`~wayline.stack.receiver.Receiver.recent`), per mode."""
+    table = Table(title=f"Last {RECENT_S:g} s at the receiver (event time → arrival)")
+    for column in ("endpoints", "events", "latency p50", "latency p99"):
+        table.add_column(column, justify="left" if column == "endpoints" else "right")
+    for mode, got in recent.items():
+        table.add_row(f"{mode} mode", f"{got['events']:,}", _seconds(got["latency_p50_s"]),
+                      _seconds(got["latency_p99_s"]))
+    return table
 
 
 def received_table(endpoints: dict[str, dict[str, Any]]) -> Table:
-    """What each path of a local receiver got (its ``stats()``)."""
-    table = Table(title="What the endpoints received (signatures checked with standardwebhooks)")
+    """What each path of a local receiver got since it started (its ``stats()``)."""
+    table = Table(title="What the endpoints received since the start (signatures checked with standardwebhooks)")
     for column in ("endpoint", "requests", "events", "bad signatures", "latency p50", "latency p99"):
         table.add_column(column, justify="left" if column == "endpoint" else "right")
     for path, got in endpoints.items():
@@ -97,4 +111,4 @@ def received_table(endpoints: dict[str, dict[str, Any]]) -> Table:
     return table
 
 
-__all__ = ["delivery_view", "inspect_view", "received_table", "senders_view", "stack_table"]
+__all__ = ["delivery_view", "inspect_view", "recent_table", "received_table", "senders_view", "stack_table"]

@@ -1,8 +1,9 @@
 """`wayline produce`: realistic CloudEvents at a chosen rate, for demos and benchmarks.
 
-The catalog: 500 event types (20 domains × 5 entities × 5 actions), one topic per domain
-(`events.<domain>`), or all on one ingest topic (`events.ingest`), the layout that keeps a
-real-time query's tasks (one per Kafka partition) to a deployment's cores; 30,000
+The catalog: 500 event types (20 domains × 5 entities × 5 actions), on one of three topic
+*layouts*: a topic per domain (`events.<domain>`, 20 topics: the demo's), a topic per
+event type (`events.<domain>.<entity>.<action>`, 500 topics: the design brief's count),
+or one ingest topic for every type (`events.ingest`); 30,000
 tenants, a quarter of them with departments as sub-tenants; traffic skewed toward a few
 hot tenants, as on a real SaaS platform. Payloads stay
 under 1 KB. A fraction of deliberately broken records exercises the quarantine.
@@ -16,6 +17,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from typing import Literal
 
 import orjson
 
@@ -33,6 +35,8 @@ CURRENCIES = ("EUR", "USD", "GBP", "JPY", "CHF")
 STATUSES = ("new", "active", "pending", "closed", "error")
 INGEST = "ingest"
 """The one topic's name after the prefix in the ingest layout."""
+Layout = Literal["domains", "types", "ingest"]
+LAYOUTS: tuple[Layout, ...] = ("domains", "types", "ingest")
 REGIONS = ("eu-west", "eu-central", "us-east", "us-west", "ap-south")
 
 
@@ -42,15 +46,18 @@ class EventType:
     topic: str
 
 
-def catalog(topic_prefix: str = "events.", *, ingest: bool = False) -> list[EventType]:
+def catalog(topic_prefix: str = "events.", *, layout: Layout = "domains") -> list[EventType]:
+    def topic(domain: str, entity: str, action: str) -> str:
+        return {"domains": domain, "types": f"{domain}.{entity}.{action}", "ingest": INGEST}[layout]
+
     return [
-        EventType(f"com.wayline.{domain}.{entity}.{action}", f"{topic_prefix}{INGEST if ingest else domain}")
+        EventType(f"com.wayline.{domain}.{entity}.{action}", f"{topic_prefix}{topic(domain, entity, action)}")
         for domain in DOMAINS for entity in ENTITIES for action in ACTIONS
     ]
 
 
-def topics(topic_prefix: str = "events.", *, ingest: bool = False) -> list[str]:
-    return sorted({event_type.topic for event_type in catalog(topic_prefix, ingest=ingest)})
+def topics(topic_prefix: str = "events.", *, layout: Layout = "domains") -> list[str]:
+    return sorted({event_type.topic for event_type in catalog(topic_prefix, layout=layout)})
 
 
 def tenant_id(index: int) -> str:
@@ -76,10 +83,10 @@ class EventFactory:
 
     def __init__(
         self, *, seed: int = 7, tenants: int = 30_000, topic_prefix: str = "events.",
-        bad_fraction: float = 0.0, run_id: str | None = None, ingest: bool = False,
+        bad_fraction: float = 0.0, run_id: str | None = None, layout: Layout = "domains",
     ) -> None:
         self._rng = random.Random(seed)
-        self._types = catalog(topic_prefix, ingest=ingest)
+        self._types = catalog(topic_prefix, layout=layout)
         self._tenants = tenants
         self._bad_fraction = bad_fraction
         self._run_id = run_id or f"{seed:x}{int(time.time() * 1000):x}"

@@ -21,6 +21,7 @@ import math
 import threading
 import time
 from array import array
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -42,6 +43,8 @@ BATCH_CONTENT_TYPE = "application/cloudevents-batch+json"
 # Latency samples kept per path: the first ones are enough for medians and p99s. Two
 # doubles each (16 bytes): a benchmark's 2 million events per path cost 32 MB.
 MAX_SAMPLES = 2_000_000
+RECENT_S = 60.0
+"""The sliding window of :meth:`Receiver.recent`: what a live view shows beside the totals."""
 
 
 @dataclass
@@ -58,11 +61,20 @@ class PathStats:
     """Epoch seconds of the first and the latest request."""
     peers: set[tuple[str, int]] = field(default_factory=set)
     """The client (address, port) of every connection a request arrived on."""
+    batched: bool = False
+    """Some request to the path was a CloudEvents batch."""
+    recent: deque[tuple[float, float]] = field(default_factory=deque)
+    """(arrival, latency) of every event of the last :data:`RECENT_S` (not capped like the samples)."""
 
     def observe(self, sent_at: float, arrived_at: float) -> None:
         if len(self.latencies_s) < MAX_SAMPLES:
             self.sent_at.append(sent_at)
             self.latencies_s.append(arrived_at - sent_at)
+        self.recent.append((arrived_at, arrived_at - sent_at))
+
+    def forget_before(self, moment: float) -> None:
+        while self.recent and self.recent[0][0] < moment:
+            self.recent.popleft()
 
     def latencies(self, sent_from: float = -math.inf, sent_to: float = math.inf) -> list[float]:
         """The latencies of the sampled events whose ``time`` is in [sent_from, sent_to), in order."""
@@ -136,11 +148,13 @@ class Receiver:
                 stats.peers.add((peer[0], peer[1]))
             if not verified:
                 stats.rejected += 1
+            stats.batched |= headers.get("content-type") == BATCH_CONTENT_TYPE
             stats.events += len(events)
             for event in events:
                 sent = _event_time(event)
                 if sent is not None:
                     stats.observe(sent, arrived)
+            stats.forget_before(arrived - RECENT_S)
         return web.Response(status=204) if verified else web.Response(status=401, text="bad signature")
 
     async def stats_response(self, _request: web.Request) -> web.Response:
@@ -158,6 +172,18 @@ class Receiver:
     def stats(self) -> dict[str, dict[str, Any]]:
         with self._lock:
             return {path: stats.as_dict() for path, stats in sorted(self._stats.items())}
+
+    def recent(self, now: float | None = None) -> dict[str, dict[str, Any]]:
+        """Over the last :data:`RECENT_S`, the paths that got batches and those that got
+        single events, each together: events, and latency p50 and p99."""
+        since = (time.time() if now is None else now) - RECENT_S
+        latencies: dict[str, list[float]] = {"streaming": [], "batch": []}
+        with self._lock:
+            for stats in self._stats.values():
+                stats.forget_before(since)
+                latencies["batch" if stats.batched else "streaming"] += (lat for _, lat in stats.recent)
+        return {mode: {"events": len(found), "latency_p50_s": _quantile(sorted(found), 0.5),
+                       "latency_p99_s": _quantile(sorted(found), 0.99)} for mode, found in latencies.items()}
 
     def totals(self, prefix: str = "/") -> PathStats:
         """The counts and latency samples of every path under ``prefix`` together (a
@@ -230,4 +256,4 @@ class ReceiverServer:
         self._loop.close()
 
 
-__all__ = ["BATCH_CONTENT_TYPE", "MAX_SAMPLES", "PathStats", "Receiver", "ReceiverServer", "registry_secrets"]
+__all__ = ["BATCH_CONTENT_TYPE", "MAX_SAMPLES", "RECENT_S", "PathStats", "Receiver", "ReceiverServer", "registry_secrets"]
