@@ -4,7 +4,7 @@ What `delivery.engine = "senders"` adds after the matching query: records in the
 topic's format (:mod:`wayline.delivery.work`), produced here as the matching query would
 write them (each load-generator event routed by type to its one subscription, key = the
 endpoint, body = the event), sent by ``wayline run senders`` processes
-(:func:`wayline.pipelines.senders.running_senders`), arriving at the receiver
+(:func:`wayline.delivery.runtime.senders.running_senders`), arriving at the receiver
 (``wayline.stack.receiver``, checking every signature). The baseline in the same run:
 ``bench/plain_sender.py`` on the same receiver with the same signing, reading the same
 events from event topics (no registry, no log, no retries, no audit).
@@ -47,8 +47,8 @@ from fresh_stack import fresh_stack, machine
 from wayline.core.kafka import ensure_topics
 from wayline.core.settings import Settings
 from wayline.delivery import work
+from wayline.delivery.runtime.senders import running_senders
 from wayline.delivery.storage.store import RetryEntry
-from wayline.pipelines.senders import running_senders
 from wayline.registry.db import Database
 from wayline.registry.endpoint import EndpointService
 from wayline.registry.models import Subscription

@@ -48,8 +48,8 @@ def stack(base_settings: Settings) -> Iterator[object]:
 
         if (session := SparkSession.getActiveSession()) is not None:
             session.stop()
-    if "wayline.pipelines.worker" in sys.modules:
-        from wayline.pipelines.worker import close_pools
+    if "wayline.delivery.runtime.worker" in sys.modules:
+        from wayline.delivery.runtime.worker import close_pools
 
         close_pools()
     local.down(base_settings)

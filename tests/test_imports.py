@@ -40,7 +40,7 @@ LAYERS = {
 PEERS_APART = {frozenset({"pipelines", "stack"}), frozenset({"delivery", "messaging"})}
 # The delivery modules that talk to the world; the rest are its pure core.
 DELIVERY_EDGES = ("wayline.delivery.storage", "wayline.delivery.http_client", "wayline.delivery.reqwest_transport",
-                  "wayline.delivery.operations",
+                  "wayline.delivery.operations", "wayline.delivery.runtime",
                   "wayline.delivery.metrics")
 SRC = Path(wayline.__file__).parent
 

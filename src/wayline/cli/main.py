@@ -181,7 +181,7 @@ def _watch_delivery(settings: Settings, receiver: Receiver | None = None,
           ExitStack() as sending):
         job = compose.matching_job(wiring, metrics) if senders else compose.delivery_job(wiring, metrics)
         if senders:
-            from wayline.pipelines.senders import running_senders
+            from wayline.delivery.runtime.senders import running_senders
 
             pids = sending.enter_context(running_senders(settings))
             console.print(f"sender processes {', '.join(map(str, pids))} send from {settings.delivery.work_topic}")
@@ -280,7 +280,7 @@ def run_senders(
     import signal
 
     from wayline.delivery.metrics import DeliveryMetrics
-    from wayline.pipelines.senders import run_sender
+    from wayline.delivery.runtime.senders import run_sender
 
     settings = Settings()
     stop = threading.Event()

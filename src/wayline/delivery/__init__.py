@@ -11,7 +11,10 @@ call these on groups and Arrow batches):
 - ``circuit``      per-endpoint circuit breakers
 - ``transport``    the transport interface and its request/result values
 - ``dispatch``     a group of sends under one deadline, with per-endpoint limits
-- ``http_client``  the aiohttp transport
+- ``http_client``  the transport settings, ``transport_for`` and the aiohttp transport
+- ``reqwest_transport`` the pyreqwest transport (the default)
+- ``memory``       an in-memory transport and delivery store, for tests
+- ``audit``        the self-audit's consumed and outcome records
 - ``auth``         Basic, Bearer and OAuth2 client-credentials headers
 - ``targets``      an endpoint as a sending task needs it (picklable, auth bound per task)
 - ``stage``        one task's deliveries under one deadline: skip settled, send, settle, record
@@ -21,10 +24,13 @@ call these on groups and Arrow batches):
 - ``metrics``      the Prometheus view of the summaries
 - ``holder``       the registry snapshot in use, swapped when the registry version moves, and
                    other values the driver re-reads now and then (the failing endpoints)
+- ``open_batches`` batch-mode events gathered in a sender process's memory, pinning their offsets
+- ``work``         the work topic's record: a request from the matching query to a sender process
+- ``runtime``      what sends outside Spark: the send step, the worker pool, the sender processes
 
-Only ``http_client`` imports an HTTP client; ``metrics`` renders the totals with
-prometheus-client (``wayline.core.metrics`` serves them); ``storage`` talks to
-PostgreSQL, ``operations`` to Kafka. Everything else loads none of them
+Only ``http_client`` and ``reqwest_transport`` import an HTTP client; ``metrics`` renders
+the totals with prometheus-client (``wayline.core.metrics`` serves them); ``storage``
+talks to PostgreSQL, ``operations`` to Kafka, ``runtime`` to all three. Everything else loads none of them
 (``tests/test_imports.py`` checks it), and this package re-exports nothing: import
 the module that defines a name.
 """

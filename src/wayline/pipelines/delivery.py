@@ -43,14 +43,14 @@ from wayline.delivery.bucket import Source
 from wayline.delivery.holder import Polled, SnapshotHolder
 from wayline.delivery.metrics import DeliveryMetrics
 from wayline.delivery.outcomes import BatchSummary
+from wayline.delivery.runtime.registry_changes import DELIVERY_CALLER, GONE_REASON, disable_gone
+from wayline.delivery.runtime.senders import ensure_work_topics
 from wayline.delivery.stage import StageSettings
 from wayline.delivery.storage.drain import RetryQueue
 from wayline.pipelines.batching import BATCH_TOPIC_CONFIG, start_batching
 from wayline.pipelines.live_snapshot import LiveSnapshot, load_live_snapshot
 from wayline.pipelines.micro_batch import concise_failures
-from wayline.pipelines.registry_changes import DELIVERY_CALLER, GONE_REASON, disable_gone
 from wayline.pipelines.routing import micro_batch_work
-from wayline.pipelines.senders import ensure_work_topics
 from wayline.pipelines.sending import PartitionSender, send, task_settings
 from wayline.pipelines.source import delivered_topic_pattern, read_kafka
 from wayline.registry.db import Database

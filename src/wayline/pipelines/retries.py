@@ -45,15 +45,15 @@ from wayline.delivery.holder import SnapshotHolder
 from wayline.delivery.metrics import DeliveryMetrics
 from wayline.delivery.operations import OperationsProducer, dead_lettered_events, endpoint_disabled_event
 from wayline.delivery.outcomes import BatchSummary, Tally
+from wayline.delivery.runtime.registry_changes import DELIVERY_CALLER, disable_gone
+from wayline.delivery.runtime.send_step import write_outcomes
+from wayline.delivery.runtime.worker import worker_pool
 from wayline.delivery.stage import StageSettings
 from wayline.delivery.storage.drain import Failing, RetryQueue, run_retry_stage
 from wayline.delivery.targets import Target, target_of
 from wayline.pipelines.delivery import ensure_delivery_topics
 from wayline.pipelines.micro_batch import concise_failures
-from wayline.pipelines.registry_changes import DELIVERY_CALLER, disable_gone
-from wayline.pipelines.send_step import write_outcomes
 from wayline.pipelines.sending import TALLY_SCHEMA, task_settings
-from wayline.pipelines.worker import worker_pool
 from wayline.registry.db import Database
 from wayline.registry.endpoint import EndpointPatch, EndpointService
 from wayline.registry.snapshot import load_snapshot

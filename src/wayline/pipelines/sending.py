@@ -3,13 +3,13 @@
 A frame of work rows — the columns of :data:`WORK_SCHEMA`, as
 :mod:`~wayline.pipelines.routing` makes them (the batching query's ready batches have
 the first five only) — goes through ``mapInArrow``: each task does the send step
-(:func:`~wayline.pipelines.send_step.send_work`, which the sender processes run too): one
+(:func:`~wayline.delivery.runtime.send_step.send_work`, which the sender processes run too): one
 delivery stage (:func:`~wayline.delivery.stage.run_stage`: dispatcher, stage deadline,
 the delivery log and retry store written by the task itself) for its ``single`` and
 ``batch`` rows, its ``record`` rows (quarantine copies, batch-mode bundles) written to
 Kafka and acknowledged, and everything counted. It returns one row: its
 :class:`~wayline.delivery.outcomes.BatchSummary`. The transport, database pool and
-producer are the Python worker's (:mod:`~wayline.pipelines.worker`), kept across
+producer are the Python worker's (:mod:`~wayline.delivery.runtime.worker`), kept across
 micro-batches.
 
 Why the tasks write the log, the retry store and the records themselves: the retry
@@ -31,14 +31,14 @@ from pyspark.sql.pandas.types import from_arrow_schema
 
 from wayline.core.settings import DeliverySettings, KafkaSettings, PostgresSettings, RegistrySettings, Settings
 from wayline.delivery.outcomes import BatchSummary, Outcome
+from wayline.delivery.runtime.send_step import SEND_COLUMNS, WORK_ARROW_SCHEMA, send_work
+from wayline.delivery.runtime.worker import worker_pool
 from wayline.delivery.stage import StageSettings
 from wayline.delivery.targets import Target
-from wayline.pipelines.send_step import SEND_COLUMNS, WORK_ARROW_SCHEMA, send_work
-from wayline.pipelines.worker import worker_pool
 
 _WORK_FIELDS = from_arrow_schema(WORK_ARROW_SCHEMA).fields
 WORK_SCHEMA = ", ".join(f"{field.name} {field.dataType.simpleString()}" for field in _WORK_FIELDS)
-""":data:`~wayline.pipelines.send_step.WORK_ARROW_SCHEMA` (a row of work, by kind) as Spark DDL."""
+""":data:`~wayline.delivery.runtime.send_step.WORK_ARROW_SCHEMA` (a row of work, by kind) as Spark DDL."""
 SEND_SCHEMA = ", ".join(f"{field.name} {field.dataType.simpleString()}" for field in _WORK_FIELDS[:SEND_COLUMNS])
 SUMMARY_SCHEMA = pa.schema([("summary", pa.binary())])
 # The rows of `Tally.rows()`, as each draining task returns them. Arrow is the source of

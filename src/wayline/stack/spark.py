@@ -28,6 +28,9 @@ def connector_jars(jars_dir: Path) -> list[Path]:
     return jars
 
 
+KAFKA_CONSUMERS_CACHED = 1024
+
+
 def spark_conf(settings: Settings) -> dict[str, str]:
     """Every setting the session starts with; the cluster's own defaults fill the rest."""
     jars = ",".join(str(jar.resolve()) for jar in connector_jars(settings.spark.jars_dir))
@@ -44,6 +47,10 @@ def spark_conf(settings: Settings) -> dict[str, str]:
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         # Local runs would otherwise leave a Derby metastore and a warehouse in the cwd.
         "spark.sql.warehouse.dir": str((settings.state_dir / "warehouse").resolve()),
+        # A consumer per source partition an executor reads, kept between micro-batches: the
+        # default 64 would close and reopen consumers in every micro-batch over the brief's
+        # 500 topics (a micro-batch reads each partition that has new data).
+        "spark.kafka.consumer.cache.capacity": str(KAFKA_CONSUMERS_CACHED),
     }
     if not is_local_master(settings.spark.master):
         conf.update(cluster_conf(settings))

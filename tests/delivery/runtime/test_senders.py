@@ -32,10 +32,8 @@ from wayline.core.kafka import ensure_topics
 from wayline.core.secret import Secret
 from wayline.core.settings import Settings
 from wayline.delivery import work
-from wayline.delivery.signing import batch_message_id, message_id
-from wayline.delivery.storage.store import DeliveryLogEntry, RetryEntry
-from wayline.pipelines.send_step import WORK_ARROW_SCHEMA
-from wayline.pipelines.senders import (
+from wayline.delivery.runtime.send_step import WORK_ARROW_SCHEMA
+from wayline.delivery.runtime.senders import (
     BAD_RECORD,
     MAX_BATCH,
     SENDER_COMMAND,
@@ -43,6 +41,8 @@ from wayline.pipelines.senders import (
     freeze_startup_heap,
     running_senders,
 )
+from wayline.delivery.signing import batch_message_id, message_id
+from wayline.delivery.storage.store import DeliveryLogEntry, RetryEntry
 from wayline.registry import catalog, customer, subscription
 from wayline.registry.access import ADMIN
 from wayline.registry.endpoint import EndpointIn, EndpointService

@@ -1,7 +1,7 @@
 """The send step without Spark: a batch of work rows → one delivery stage and its Kafka records → counts.
 
 Both senders run it: a Spark sending task (:class:`~wayline.pipelines.sending.PartitionSender`,
-inside ``mapInArrow``) and a sender process (:mod:`~wayline.pipelines.senders`, on the
+inside ``mapInArrow``) and a sender process (:mod:`~wayline.delivery.runtime.senders`, on the
 records it consumed from the work topic). One stage
 (:func:`~wayline.delivery.stage.run_stage`: dispatcher, stage deadline, straggler cut and
 slow marks, the delivery log and retry store) for the ``single`` and ``batch`` rows; the
@@ -24,9 +24,9 @@ from wayline.core.settings import Settings
 from wayline.delivery import audit
 from wayline.delivery.attempt import Kind, Pending, State
 from wayline.delivery.outcomes import BatchSummary
+from wayline.delivery.runtime.worker import WorkerPool
 from wayline.delivery.stage import StageSettings, run_stage
 from wayline.delivery.targets import Target
-from wayline.pipelines.worker import WorkerPool
 
 _HEADER = pa.struct([("key", pa.string()), ("value", pa.binary())])
 WORK_ARROW_SCHEMA = pa.schema([

@@ -18,7 +18,7 @@ only what must move). Its loop:
    (:class:`~wayline.delivery.open_batches.OpenBatches`, in memory), which hand back the
    batches that are full or whose ``max_wait`` has passed;
 4. **send** the requests and ready batches with the send step the Spark sending tasks run
-   (:func:`~wayline.pipelines.send_step.send_work`): the same stage, dispatcher,
+   (:func:`~wayline.delivery.runtime.send_step.send_work`): the same stage, dispatcher,
    deadline, straggler cut, delivery log, retry store and self-audit outcomes, with
    targets from the process's own registry snapshot;
 5. **commit** offsets, synchronously, only once the outcomes are recorded, and never past
@@ -27,7 +27,7 @@ only what must move). Its loop:
    skips every request whose outcome was recorded (at-least-once, the same webhook id on
    every attempt).
 
-The transport, database pool and producer are one :class:`~wayline.pipelines.worker.WorkerPool`
+The transport, database pool and producer are one :class:`~wayline.delivery.runtime.worker.WorkerPool`
 for the process's life. Nothing here loads Spark.
 """
 
@@ -65,11 +65,11 @@ from wayline.delivery.holder import Polled, SnapshotHolder
 from wayline.delivery.metrics import DeliveryMetrics
 from wayline.delivery.open_batches import HeldPair, OpenBatches, Partition, ReadyBatch
 from wayline.delivery.outcomes import Outcome
+from wayline.delivery.runtime.registry_changes import disable_gone
+from wayline.delivery.runtime.send_step import WORK_ARROW_SCHEMA, send_work
+from wayline.delivery.runtime.worker import WorkerPool
 from wayline.delivery.stage import StageSettings
 from wayline.delivery.targets import Target, target_of
-from wayline.pipelines.registry_changes import disable_gone
-from wayline.pipelines.send_step import WORK_ARROW_SCHEMA, send_work
-from wayline.pipelines.worker import WorkerPool
 from wayline.registry.db import Database
 from wayline.registry.endpoint import EndpointService
 from wayline.registry.snapshot import load_snapshot
@@ -117,7 +117,7 @@ def load_sender_snapshot(database: Database, endpoints: EndpointService) -> Send
 
 @dataclass(frozen=True)
 class Decoded:
-    """A poll's records as work rows (:data:`~wayline.pipelines.send_step.WORK_ARROW_SCHEMA`)
+    """A poll's records as work rows (:data:`~wayline.delivery.runtime.send_step.WORK_ARROW_SCHEMA`)
     and batch-mode pairs."""
 
     work: pa.RecordBatch
@@ -454,7 +454,6 @@ def running_senders(settings: Settings) -> Iterator[list[int]]:
 
 
 __all__ = [
-    "BAD_RECORD", "FIRST_WAIT_S", "MAX_BATCH", "SENDER_COMMAND", "Decoded", "Sender", "SenderSnapshot", "batch_rows",
-    "decode",
-    "ensure_work_topics", "freeze_startup_heap", "load_sender_snapshot", "run_sender", "running_senders",
+    "BAD_RECORD", "FAILED_STAGE_PAUSE_S", "FIRST_WAIT_S", "MAX_BATCH", "SENDER_COMMAND", "SESSION_TIMEOUT_MS",
+    "STOP_GRACE_S", "Decoded", "Sender", "SenderSnapshot", "batch_rows", "decode", "ensure_work_topics", "freeze_startup_heap", "load_sender_snapshot", "run_sender", "running_senders",
 ]

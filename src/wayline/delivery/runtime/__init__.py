@@ -1,0 +1,12 @@
+"""The delivery runtime: what sends, outside Spark's plan, with the world at its edges.
+
+- ``worker``            a process's long-lived HTTP transport, database pool and Kafka producer
+- ``send_step``         a batch of work rows → one delivery stage and its Kafka records → counts
+- ``senders``           the sender processes of ``delivery.engine = "senders"``: a consumer
+                        group on the work topic, open batches in memory, commits after outcomes
+- ``registry_changes``  the registry changes delivery makes on its own (410 Gone)
+
+A Spark sending task (``wayline.pipelines.sending``) and a sender process run the same
+send step; nothing here imports Spark. Unlike the delivery core, these modules load
+Kafka, PostgreSQL and HTTP clients.
+"""
