@@ -504,7 +504,7 @@ def start_wayline(bench: Bench, prefix: str, tag: str, mode: Mode) -> Running:
     endpoints = EndpointService.from_settings(settings)
     bench.trust(seed(bench.database, endpoints, bench.receiver_url, shape(mode, tag)).secrets)
     shutil.rmtree(settings.checkpoint_root / "delivery", ignore_errors=True)  # the last measurement's topics
-    commands = Commands(settings, ["delivery", RETRIES], **{
+    commands = Commands(settings, ["delivery", RETRIES], settings.state_dir / f"wayline-{tag}.log", **{
         "WAYLINE_KAFKA__EVENT_TOPIC_PREFIX": prefix, "WAYLINE_DELIVERY__WORK_TOPIC": work_topic(tag),
         "WAYLINE_DELIVERY__SENDER_GROUP": tag})
     return Running(ReceiverArrivals(bench.receiver_url, f"/{tag}/"), commands.alive, commands.stop,
