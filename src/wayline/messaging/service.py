@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from wayline.core.settings import MessagingSettings, Settings
+from wayline.core.topics import ReservedTopics
 from wayline.messaging.access import Authorizer
 from wayline.messaging.idempotency import Answer, PublishLedger, fingerprint
 from wayline.messaging.poll import Poller
@@ -32,11 +33,13 @@ class Messaging:
     schemas: SchemaCatalog
     ledger: PublishLedger
     authorizer: Authorizer
+    reserved: ReservedTopics
 
     @classmethod
     def start(cls, settings: Settings, database: Database) -> Messaging:
         m = settings.messaging
         bootstrap = settings.kafka_bootstrap()
+        reserved = ReservedTopics.from_settings(settings)
         return cls(
             settings=m,
             max_event_bytes=settings.envelope.max_bytes,
@@ -45,10 +48,11 @@ class Messaging:
             transactions=TransactionPool(bootstrap, m.instance_id, m.transaction_producers, m.transaction_timeout_s,
                                          m.linger_ms, m.delivery_timeout_ms),
             poller=Poller(bootstrap, m.poll_consumers),
-            topics=TopicAdmin(bootstrap),
+            topics=TopicAdmin(bootstrap, reserved),
             schemas=SchemaCatalog(database, m.schema_cache_s),
             ledger=PublishLedger(database, m.idempotency_pending_s),
-            authorizer=Authorizer(database, m.auth_cache_s),
+            authorizer=Authorizer(database, m.auth_cache_s, reserved),
+            reserved=reserved,
         )
 
     def publish(self, key_id: str, topic: str, body: bytes, idempotency_key: str | None = None,
