@@ -68,6 +68,12 @@ class Permissions:
         if not any(action in actions and fnmatch.fnmatchcase(topic, pattern) for pattern, actions in self.grants):
             raise Forbidden(f"this API key may not {action} topic {topic}: an admin grants it with POST /topic-grants")
 
+    def require_any(self, action: Action, doing: str) -> None:
+        """Some grant allows ``action``: for ``doing`` what names no topic yet (a transaction's begin)."""
+        if not self.caller.is_admin and not any(action in actions for _, actions in self.grants):
+            raise Forbidden(f"this API key may not {action} any topic, so it may not {doing}: an admin grants it "
+                            "with POST /topic-grants")
+
 
 def authorize(session: Session, presented: str, reserved: ReservedTopics) -> Permissions:
     caller = api_key.authenticate(session, presented)
