@@ -65,7 +65,8 @@ class Messaging:
         self.known.require(topic)
         if idempotency_key is None:
             return _answer(self._write(key_id, topic, checked, transaction), batch), False
-        replay = self.ledger.claim(key_id, idempotency_key, fingerprint(topic, body))
+        # Claimed even when every event is refused, so that a key already answered replays that answer.
+        replay = self.ledger.claim(key_id, idempotency_key, fingerprint(topic, events if batch else events[0]))
         if replay is not None:
             return replay, True
         try:
@@ -74,7 +75,10 @@ class Messaging:
             self.ledger.release(key_id, idempotency_key)
             raise
         answer = _answer(results, batch)
-        self.ledger.settle(key_id, idempotency_key, answer)
+        if any(isinstance(c, Outgoing) for c in checked):
+            self.ledger.settle(key_id, idempotency_key, answer)
+        else:  # refused by validation before any effect: the key is not used up
+            self.ledger.release(key_id, idempotency_key)
         return answer, False
 
     def _write(
