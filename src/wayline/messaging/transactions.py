@@ -175,9 +175,10 @@ class TransactionPool:
         """Start every slot's producer, fencing its previous life's (see the module docstring)."""
         try:
             for slot in self._slots:
-                if self._stop.is_set():
-                    return
                 with slot.lock:
+                    # Checked under the slot's lock: a pool closed meanwhile must not get a producer back.
+                    if self._stop.is_set():
+                        return
                     if slot.producer is None:
                         self._producer(slot)
         except RetryLater as exc:
