@@ -32,6 +32,12 @@ def pattern(define: str, within: str = "INTERVAL '5' MINUTE") -> dict:
       DEFINE A AS {define}, B AS B.type = 'b')""")
 
 
+def reconciliation(output_topic: str) -> dict:
+    return {"name": f"hostile-{next(_seq)}", "expected": {"role": "producer-expected", "topics": ["audit.orders"]},
+            "actual": {"role": "actual", "topics": ["events.orders"]},
+            "periods": {"o": 60, "n": 10, "m": 600, "z": 60}, "output_topic": output_topic}
+
+
 def nested(levels: int, key: bytes) -> bytes:
     """JSON text nested ``levels`` objects deep (written out: encoding it would recurse here)."""
     return (b'{"' + key + b'": ') * (levels - 1) + b'{"type": "object"}' + b"}" * (levels - 1)
@@ -117,8 +123,17 @@ ROWS = [
         json=rule("SELECT * FROM events", "wayline.quarantine")),
     Row("output to the rules control topic", "POST", "/rules", 422, "Wayline's own",
         json=rule("SELECT * FROM events", "wayline.rules.control")),
-    Row("output to an events topic", "POST", "/rules", 422, "Wayline's own",
+    Row("output to an events topic", "POST", "/rules", 422, "one of the event topics",
         json=rule("SELECT * FROM events", "events.orders")),
+    # Wayline's own topics, which its jobs trust (issue 23).
+    Row("output to the senders' work topic", "POST", "/rules", 422, "output_topic: wayline.delivery.work is reserved",
+        json=rule("SELECT * FROM events", "wayline.delivery.work")),
+    Row("output to the audit outcomes", "POST", "/rules", 422, "output_topic: wayline.audit.outcomes is reserved",
+        json=rule("SELECT * FROM events", "wayline.audit.outcomes")),
+    Row("a reconciliation writing to the audit outcomes", "POST", "/reconciliations", 422,
+        "output_topic: wayline.audit.outcomes is reserved", json=reconciliation("wayline.audit.outcomes")),
+    Row("a reconciliation writing to the broker's offsets", "POST", "/reconciliations", 422,
+        "output_topic: __consumer_offsets is reserved", json=reconciliation("__consumer_offsets")),
     Row("a replay whose secret differs", "POST", "/endpoints", 409, "different request", who="customer",
         headers={"Idempotency-Key": "replay-secret"}, before=1,
         first={"url": RECEIVER, "auth": {"kind": "bearer", "token": "first"}},
@@ -136,7 +151,7 @@ def world(make_customer, catalog) -> dict:
 
 def _fill(value: Any, names: dict[str, str]) -> Any:
     if isinstance(value, str):
-        return value.format(**names) if "{endpoint}" in value else value
+        return value.format(**names) if any(f"{{{name}}}" in value for name in names) else value
     if isinstance(value, dict):
         return {k: _fill(v, names) for k, v in value.items()}
     if isinstance(value, list):
@@ -164,3 +179,86 @@ def test_hostile_input_is_refused_with_the_error_shape(row: Row, admin, world) -
     body = response.json()
     assert set(body) == {"error"} and set(body["error"]) == {"code", "message"}, body
     assert row.message in body["error"]["message"], body["error"]["message"]
+
+
+def operational(tenant: str) -> dict:
+    """A forged `wayline.endpoint.disabled`: the delivery job would send it, signed, to the customer it names."""
+    return {"specversion": "1.0", "id": f"forged-{next(_seq)}", "source": "/wayline/delivery",
+            "type": "wayline.endpoint.disabled", "tenantid": tenant, "data": {"reason": "forged"}}
+
+
+def plain_event() -> dict:
+    return {"specversion": "1.0", "id": f"plain-{next(_seq)}", "source": "/tests", "type": "order.created",
+            "tenantid": "t-a", "data": {}}
+
+
+# The messaging API and Wayline's own topics (issue 23): "customer" is a key granted publish and poll on `*`.
+MESSAGING_ROWS = [
+    Row("publish to the work topic as admin", "POST", "/topics/wayline.delivery.work/events", 403,
+        "topic wayline.delivery.work is reserved, this API key may not publish it", json=plain_event()),
+    Row("publish to the work topic, granted *", "POST", "/topics/wayline.delivery.work/events", 403,
+        "topic wayline.delivery.work is reserved", json=plain_event(), who="customer"),
+    Row("a batch to the quarantine, granted *", "POST", "/topics/wayline.quarantine/events", 403,
+        "topic wayline.quarantine is reserved", json=[plain_event(), plain_event()], who="customer"),
+    Row("publish to the batching topic as admin", "POST", "/topics/wayline.delivery.batching/events", 403,
+        "is reserved", json=plain_event()),
+    Row("publish to an audit topic as admin", "POST", "/topics/wayline.audit.outcomes/events", 403,
+        "is reserved", json=plain_event()),
+    Row("a forged operations event on the operations topic", "POST", "/topics/events.wayline.operations/events",
+        403, "topic events.wayline.operations is reserved", json=operational("{other_customer}")),
+    Row("a forged operations event on an event topic", "POST", "/topics/{topic}/events", 422,
+        "type wayline.endpoint.disabled is reserved", json=operational("{other_customer}"), who="customer"),
+    Row("publish into a transaction to the audit topic", "POST",
+        "/transactions/{transaction}/topics/wayline.audit.consumed/events", 403,
+        "topic wayline.audit.consumed is reserved", json=plain_event(), who="customer"),
+    Row("poll the quarantine, granted *", "GET", "/topics/wayline.quarantine/events", 403,
+        "this API key may not poll it", who="customer"),
+    Row("DELETE /topics/__consumer_offsets", "DELETE", "/topics/__consumer_offsets", 403,
+        "topic __consumer_offsets is reserved, this API key may not delete it: topics named __* are the Kafka "
+        "broker's own"),
+    Row("delete the rules control topic", "DELETE", "/topics/wayline.rules.control", 403, "is reserved"),
+    Row("create a topic under wayline.", "POST", "/topics", 403,
+        "topic wayline.mine is reserved, this API key may not create it", json={"name": "wayline.mine"}),
+    Row("a grant on the work topic", "POST", "/topic-grants", 422,
+        "pattern: wayline.delivery.work matches reserved topics only",
+        json={"api_key_id": "{customer_key}", "pattern": "wayline.delivery.work", "actions": ["publish"]}),
+    Row("a grant on the broker's topics", "POST", "/topic-grants", 422, "pattern: __* matches reserved topics only",
+        json={"api_key_id": "{customer_key}", "pattern": "__*", "actions": ["poll"]}),
+]
+
+
+@pytest.fixture
+def messaging_clients(messaging_api, admin_api, admin_key, unique) -> Any:
+    """An admin and a customer client of the messaging API, the customer's key granted publish and poll on
+    `*`, an event topic, an open transaction of the customer's, and another customer to forge events to."""
+    from tests.api.conftest import Client
+
+    admin_registry = Client(admin_api, admin_key)
+    other = admin_registry.post("/customers", json={"name": f"forged-to-{unique}"}).json()
+    owner = admin_registry.post("/customers", json={"name": f"granted-{unique}"}).json()
+    key = admin_registry.post("/api-keys", json={"name": f"star-{unique}", "scope": "customer",
+                                                 "customer_id": owner["id"]}).json()
+    admin = Client(messaging_api, admin_key)
+    granted = admin.post("/topic-grants", json={"api_key_id": key["id"], "pattern": "*",
+                                                "actions": ["publish", "poll"]})
+    assert granted.status_code == 201, granted.text
+    topic = f"events.hostile-{unique}"
+    assert admin.post("/topics", json={"name": topic, "partitions": 1}).status_code == 201
+    customer = Client(messaging_api, key["key"])
+    transaction = customer.post("/transactions")
+    assert transaction.status_code == 201, transaction.text
+    names = {"topic": topic, "transaction": transaction.json()["id"], "customer_key": key["id"],
+             "other_customer": other["id"]}
+    yield {"admin": admin, "customer": customer}, names
+    customer.post(f"/transactions/{names['transaction']}/abort")
+
+
+@pytest.mark.parametrize("row", MESSAGING_ROWS, ids=[row.id for row in MESSAGING_ROWS])
+def test_hostile_messaging_input_is_refused_with_the_error_shape(row: Row, messaging_clients) -> None:
+    clients, names = messaging_clients
+    path = row.path.format(**names)
+    response = clients[row.who].request(row.method, path, json=_fill(row.json, names), headers=row.headers)
+    assert response.status_code == row.status, response.text[:500]
+    error = response.json()["error"]
+    assert set(error) == {"code", "message"}, error
+    assert row.message in error["message"], error["message"]

@@ -3,6 +3,10 @@ cursor polls across restarts, topics, grants, and the refusals with their messag
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 import time
 
 import httpx
@@ -13,6 +17,7 @@ from tests.api.servers import served
 from tests.conftest import messaging_app
 from wayline.registry import api_key, catalog
 from wayline.registry.access import ADMIN
+from wayline.stack.process import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -189,6 +194,84 @@ def test_a_transaction_left_open_past_its_timeout_is_aborted(settings, database,
         client.post(f"/topics/{topic}/events", json=event(2))
         records, _ = poll_all(client, topic)
         assert [r["event"]["id"] for r in records] == ["e2"]
+
+
+def customer_key(database, name: str) -> api_key.NewApiKey:
+    from wayline.registry import customer
+
+    with database.transaction() as session:
+        owner = customer.create(session, ADMIN, customer.CustomerIn(name=name))
+        return api_key.create(session, ADMIN, api_key.ApiKeyIn(name=name, scope="customer", customer_id=owner.id))
+
+
+def test_a_transaction_needs_a_publish_grant_and_one_key_holds_few(settings, database, admin_key, unique) -> None:
+    key = customer_key(database, f"txn-{unique}")
+    app = messaging_app(settings, database, instance_id=f"share-{unique}", auth_cache_s=0, transaction_producers=3,
+                        transactions_per_key=2)
+    with served(app) as base, \
+            httpx.Client(base_url=base, headers={"Authorization": f"Bearer {admin_key}"}, timeout=60) as admin, \
+            httpx.Client(base_url=base, headers={"Authorization": f"Bearer {key.key}"}, timeout=60) as client:
+        refused = client.post("/transactions")
+        assert refused.status_code == 403
+        assert refused.json()["error"]["message"] == (
+            "this API key may not publish any topic, so it may not begin a transaction: an admin grants it with "
+            "POST /topic-grants")
+        admin.post("/topic-grants", json={"api_key_id": key.id, "pattern": f"msg.{unique}.*", "actions": ["poll"]})
+        assert client.post("/transactions").status_code == 403
+        admin.post("/topic-grants", json={"api_key_id": key.id, "pattern": f"msg.{unique}.*", "actions": ["publish"]})
+        held = [client.post("/transactions") for _ in range(2)]
+        assert [r.status_code for r in held] == [201, 201]
+        third = client.post("/transactions")
+        assert (third.status_code, third.json()["error"]["code"]) == (429, "rate_limited")
+        assert third.json()["error"]["message"].startswith("this API key holds 2 open transactions on instance share-")
+        assert admin.post("/transactions").status_code == 201  # the pool's last producer is still free for others
+        client.post(f"/transactions/{held[0].json()['id']}/abort")
+        assert client.post("/transactions").status_code == 201
+
+
+def test_a_crashed_instance_s_open_transaction_is_fenced_when_it_starts_again(
+    settings, database, admin_key, unique, tmp_path,
+) -> None:
+    """Without the fence at start, read_committed readers of the partition stall until the broker
+    aborts the transaction (transaction_timeout_s + 30 s = 90 s) or that slot begins again."""
+    instance, topic = f"crash-{unique}", f"msg.{unique}"
+    headers = {"Authorization": f"Bearer {admin_key}"}
+    port = free_port()
+    environment = os.environ | {
+        "WAYLINE_STATE_DIR": str(settings.state_dir), "WAYLINE_MESSAGING__INSTANCE_ID": instance,
+        "WAYLINE_KAFKA__BOOTSTRAP_SERVERS": settings.kafka_bootstrap(), "WAYLINE_POSTGRES__DSN": settings.postgres_dsn(),
+    }
+    with (tmp_path / "server.log").open("wb") as log:
+        server = subprocess.Popen([sys.executable, "-m", "wayline.cli.main", "serve", "messaging", "--port", str(port)],
+                                  env=environment, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", headers=headers, timeout=60) as crashing:
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    if crashing.get("/health").status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                assert time.monotonic() < deadline and server.poll() is None, (tmp_path / "server.log").read_text()
+                time.sleep(0.2)
+            assert crashing.post("/topics", json={"name": topic, "partitions": 1}).status_code == 201
+            txn = crashing.post("/transactions").json()["id"]
+            assert crashing.post(f"/transactions/{txn}/topics/{topic}/events", json=event(1)).status_code == 200
+    finally:
+        os.killpg(server.pid, signal.SIGKILL)  # no shutdown: the transaction stays open on the broker
+        server.wait(timeout=30)
+
+    with served(messaging_app(settings, database, instance_id=instance)) as base, \
+            httpx.Client(base_url=base, headers=headers, timeout=60) as client:
+        assert client.post(f"/topics/{topic}/events", json=event(2)).status_code == 200
+        started = time.monotonic()
+        seen: list[dict] = []
+        cursor = None
+        while not seen and time.monotonic() - started < 20:
+            response = client.get(f"/topics/{topic}/events", params={"wait_s": 2} | ({"cursor": cursor} if cursor else {}))
+            seen, cursor = response.json()["records"], response.json()["next_cursor"]
+    assert [r["event"]["id"] for r in seen] == ["e2"], "the crashed transaction still holds back read_committed readers"
 
 
 def test_a_transaction_of_another_instance_is_misdirected(admin_http) -> None:

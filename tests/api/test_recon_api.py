@@ -71,3 +71,15 @@ def test_names_are_unique_and_reconciliations_need_an_admin_key(admin, make_cust
     assert error(admin.post("/reconciliations", json=first))[:2] == (409, "conflict")
     _, customer = make_customer()
     assert error(customer.get("/reconciliations"))[:2] == (403, "forbidden")
+
+
+def test_an_output_topic_may_be_the_default_but_no_other_reserved_topic(admin, settings) -> None:
+    named_default = admin.post("/reconciliations", json=body(output_topic=settings.recon.output_topic))
+    assert named_default.status_code == 201, named_default.text
+    reconciliation_id = named_default.json()["id"]
+    status, code, text = error(admin.patch(f"/reconciliations/{reconciliation_id}",
+                                           json={"output_topic": settings.delivery.work_topic}))
+    assert (status, code) == (422, "invalid")
+    assert text.startswith(f"output_topic: {settings.delivery.work_topic} is reserved: it is one of Wayline's own")
+    assert admin.patch(f"/reconciliations/{reconciliation_id}",
+                       json={"output_topic": "recon.orders"}).json()["output_topic"] == "recon.orders"

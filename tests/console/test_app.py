@@ -126,7 +126,7 @@ def scenario(api_settings: Settings, database, spark, admin_key: str, tmp_path_f
             recon = reconciliation.create(s, ADMIN, reconciliation.ReconciliationIn.model_validate({
                 "name": "con-orders", "expected": {"role": "producer-expected", "topics": ["con.audit"]},
                 "actual": {"role": "actual", "topics": [TOPIC]}, "periods": {"o": 60, "n": 10, "m": 600, "z": 60},
-            }), settings.recon.output_topic)
+            }), reconciliation.OutputTopics.from_settings(settings))
             # Figures as the recon job records them: one micro-batch of two sources' counts.
             minute = int(datetime.now(UTC).timestamp() // 60 * 60_000)
             store.apply_batch(s, "console-test", 0, {recon.id: 60_000}, {recon.id: 10_000}, [

@@ -4,7 +4,7 @@ import orjson
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from wayline.core.errors import Conflict, NotFound
+from wayline.core.errors import Conflict, NotFound, TooMany
 from wayline.core.kafka import ensure_topics
 from wayline.messaging.errors import Busy
 from wayline.messaging.records import Outgoing, Written
@@ -13,8 +13,8 @@ from wayline.messaging.transactions import TransactionPool
 pytestmark = pytest.mark.integration
 
 
-def pool(settings, instance: str, size: int = 1) -> TransactionPool:
-    return TransactionPool(settings.kafka_bootstrap(), instance, size, timeout_s=30, linger_ms=1,
+def pool(settings, instance: str, size: int = 1, per_key: int = 1) -> TransactionPool:
+    return TransactionPool(settings.kafka_bootstrap(), instance, size, per_key, timeout_s=30, linger_ms=1,
                            delivery_timeout_ms=10_000)
 
 
@@ -45,7 +45,7 @@ def test_the_pool_is_bounded_and_a_transaction_is_its_owners(settings, unique) -
     try:
         first = transactions.begin("key_a")
         with pytest.raises(Busy, match="all 1 transactional producers of instance"):
-            transactions.begin("key_a")
+            transactions.begin("key_b")
         with pytest.raises(NotFound):
             transactions.publish(first.id, "key_b", topic, records("x"))
         assert isinstance(transactions.publish(first.id, "key_a", topic, records("a"))[0], Written)
@@ -72,3 +72,17 @@ def test_a_restarted_instance_fences_its_old_producers(settings, unique) -> None
         restarted.close()
         old.close()
     assert committed_values(settings, topic) == []
+
+
+def test_one_key_holds_at_most_its_share_of_the_pool(settings, unique) -> None:
+    transactions = pool(settings, f"share-{unique}", size=3, per_key=2)
+    try:
+        first, _second = transactions.begin("key_a"), transactions.begin("key_a")
+        with pytest.raises(TooMany, match="this API key holds 2 open transactions on instance share-"):
+            transactions.begin("key_a")
+        other = transactions.begin("key_b")  # the slot key_a may not take is still there for others
+        transactions.abort(first.id, "key_a")
+        transactions.begin("key_a")
+        transactions.abort(other.id, "key_b")
+    finally:
+        transactions.close()

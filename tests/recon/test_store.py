@@ -21,7 +21,7 @@ S = 1000
 
 
 @pytest.fixture
-def recon_id(database, unique) -> str:
+def recon_id(database, settings, unique) -> str:
     body = reconciliation.ReconciliationIn(
         name=f"store-{unique}",
         expected=reconciliation.SideIn(role="producer-expected", topics=["audit"]),
@@ -30,7 +30,7 @@ def recon_id(database, unique) -> str:
                                          m=timedelta(seconds=120), z=timedelta(seconds=60)),
     )
     with database.transaction() as session:
-        return reconciliation.create(session, ADMIN, body, "out").id
+        return reconciliation.create(session, ADMIN, body, reconciliation.OutputTopics.from_settings(settings)).id
 
 
 def test_windows_are_published_when_closed_and_again_when_changed(database, recon_id, unique) -> None:

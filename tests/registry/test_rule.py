@@ -15,15 +15,22 @@ def policy(tmp_path) -> RulePolicy:
 
 
 @pytest.mark.parametrize("topic", [
-    "wayline.quarantine", "wayline.rules.control", "wayline.delivery.batching", "events.wayline.operations",
-    "events.orders", "events.", "__consumer_offsets",
+    "wayline.quarantine", "wayline.rules.control", "wayline.delivery.batching", "wayline.delivery.work",
+    "wayline.audit.outcomes", "wayline.recon.events", "wayline.quarantine.copy", "events.wayline.operations",
+    "__consumer_offsets",
 ])
-def test_wayline_s_own_topics_are_refused(policy: RulePolicy, topic: str) -> None:
-    with pytest.raises(RejectedInput, match=rf"^output_topic: {topic} is one of Wayline's own topics"):
+def test_reserved_topics_are_refused(policy: RulePolicy, topic: str) -> None:
+    with pytest.raises(RejectedInput, match=rf"^output_topic: {topic} is reserved: "):
         policy.check_topic(topic)
 
 
-@pytest.mark.parametrize("topic", ["rules.alerts", "wayline.quarantine.copy", "my-events.orders"])
+@pytest.mark.parametrize("topic", ["events.orders", "events."])
+def test_event_topics_are_refused_as_the_rules_job_reads_them(policy: RulePolicy, topic: str) -> None:
+    with pytest.raises(RejectedInput, match=rf"^output_topic: {topic} is one of the event topics \(events.\*\)"):
+        policy.check_topic(topic)
+
+
+@pytest.mark.parametrize("topic", ["rules.alerts", "alerts.big-orders", "my-events.orders"])
 def test_other_topics_are_allowed(policy: RulePolicy, topic: str) -> None:
     policy.check_topic(topic)
 
@@ -32,7 +39,7 @@ def test_the_reserved_topics_follow_the_settings(tmp_path) -> None:
     policy = RulePolicy.from_settings(Settings(state_dir=tmp_path, kafka={"quarantine_topic": "q.bad"}))
     with pytest.raises(RejectedInput):
         policy.check_topic("q.bad")
-    policy.check_topic("wayline.quarantine")
+    policy.check_topic("q.other")
 
 
 def window(size: str, slide: str) -> str:

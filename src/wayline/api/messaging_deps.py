@@ -35,7 +35,8 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         400: "the body is not JSON", 401: "no API key, or not a valid one", 403: "the key may not do this",
         404: "no such topic or transaction", 409: "conflicts with the current state", 413: "too large",
         421: "the transaction lives on another instance (named in Wayline-Instance)", 422: "invalid input",
-        429: "all producers or consumers of this instance are busy: retry", 503: "Kafka did not answer: retry",
+        429: "all producers or consumers of this instance are busy, or this key holds its most open transactions",
+        503: "Kafka did not answer: retry",
     }.items()
 }
 PUBLISH_RESPONSES: dict[int | str, dict[str, Any]] = {

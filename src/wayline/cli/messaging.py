@@ -4,17 +4,18 @@ messaging`; `wayline serve` alone runs the admin and messaging APIs in one proce
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
 import orjson
 import typer
+from rich.markup import escape
 
 from wayline.cli.output import console, guarded
 from wayline.core.errors import RejectedInput
 from wayline.core.settings import Settings
-from wayline.messaging.client import MessagingClient
+from wayline.messaging.client import MessagingClient, MessagingError
+from wayline.messaging.wire import PublishOut
 
 Url = Annotated[str | None, typer.Option(help="the messaging API; default: messaging.host and .port from the settings")]
 Key = Annotated[str, typer.Option(envvar="WAYLINE_API_KEY", help="an API key (or set WAYLINE_API_KEY)")]
@@ -27,22 +28,50 @@ def _client(url: str | None, key: str) -> MessagingClient:
     return MessagingClient(url, key)
 
 
-def _events(text: bytes) -> list[Any]:
-    """A JSON event, a JSON array of events, or JSON lines."""
+def _events(text: bytes) -> tuple[list[Any], list[str]]:
+    """The events of a JSON event, a JSON array of events, or JSON lines, and where each is in
+    the input ("line 7" in JSON lines, "event 7 of the input" in a JSON document), for messages."""
     try:
         decoded = orjson.loads(text)
-        return decoded if isinstance(decoded, list) else [decoded]
-    except orjson.JSONDecodeError:
-        pass
+    except orjson.JSONDecodeError as whole:
+        return _json_lines(text, whole)
+    events = decoded if isinstance(decoded, list) else [decoded]
+    return events, [f"event {n} of the input" for n in range(1, len(events) + 1)]
+
+
+def _json_lines(text: bytes, whole: orjson.JSONDecodeError) -> tuple[list[Any], list[str]]:
+    events, places = [], []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            events.append(orjson.loads(line))
+        except orjson.JSONDecodeError as exc:
+            if not events:
+                raise RejectedInput(f"the input is neither JSON nor JSON lines: {whole}") from whole
+            raise RejectedInput(f"line {number} is not JSON: {exc}") from exc
+        places.append(f"line {number}")
+    return events, places
+
+
+def _refusals(client: MessagingClient, topic: str, batch: list[Any], idempotency_key: str | None,
+              transaction: str | None) -> list[tuple[int, str]]:
+    """The index and reason of each refused event of the batch; an answer refusing them all is an
+    error answer carrying the same results."""
     try:
-        return [orjson.loads(line) for line in text.splitlines() if line.strip()]
-    except orjson.JSONDecodeError as exc:
-        raise RejectedInput(f"the input is neither JSON nor JSON lines: {exc}") from exc
+        answer = client.publish(topic, batch, transaction=transaction, idempotency_key=idempotency_key)
+    except MessagingError as exc:
+        if not isinstance(exc.body, dict) or "results" not in exc.body:
+            raise
+        answer = PublishOut.model_validate(exc.body)
+    return [(result.index, result.error.message) for result in answer.results if result.error is not None]
 
 
-def _batches(events: list[Any], size: int) -> Iterator[list[Any]]:
-    for start in range(0, len(events), size):
-        yield events[start:start + size]
+def _placed(message: str, index: int, place: str) -> str:
+    """The server names an event by its index in the request ("event 50 (id 'x'): …"); the user
+    finds it by its place in the input."""
+    named = f"event {index}"
+    return place + message.removeprefix(named) if message.startswith(named) else f"{place}: {message}"
 
 
 @guarded
@@ -54,28 +83,34 @@ def publish(
     batch_size: Annotated[int, typer.Option(min=1, help="events per request")] = 100,
     idempotency_key: Annotated[str | None, typer.Option(
         help="a retry with the same key writes nothing twice; batch n uses <key>-<n>")] = None,
-    transactional: Annotated[
-        bool, typer.Option(help="all batches in one transaction: all are written or none")
+    transactional: Annotated[bool, typer.Option(
+        help="all batches in one transaction: all are written or none (it stops at the first refused event)")
     ] = False,
 ) -> None:
-    """Publish CloudEvents through the messaging API; prints where each went or why it was refused."""
-    events = _events(sys.stdin.buffer.read() if str(source) == "-" else source.read_bytes())
+    """Publish CloudEvents through the messaging API; prints where each went or why it was refused,
+    naming each refused event by its line (JSON lines) or its position (a JSON array)."""
+    events, places = _events(sys.stdin.buffer.read() if str(source) == "-" else source.read_bytes())
     refused = 0
     with _client(url, key) as client:
         transaction = client.begin().id if transactional else None
         try:
-            for n, batch in enumerate(_batches(events, batch_size)):
-                answer = client.publish(topic, batch, transaction=transaction,
-                                        idempotency_key=f"{idempotency_key}-{n}" if idempotency_key else None)
-                for result in answer.results:
-                    if result.error is not None:
-                        refused += 1
-                        console.print(f"[red]refused[/] {result.error.message}")
+            for n, start in enumerate(range(0, len(events), batch_size)):
+                refusals = _refusals(client, topic, events[start:start + batch_size],
+                                     f"{idempotency_key}-{n}" if idempotency_key else None, transaction)
+                for index, message in refusals:
+                    console.print(f"[red]refused[/] {escape(_placed(message, index, places[start + index]))}")
+                refused += len(refusals)
+                if refusals and transaction is not None:
+                    break
         except BaseException:
             if transaction is not None:
                 client.abort(transaction)
             raise
         if transaction is not None:
+            if refused:
+                client.abort(transaction)
+                console.print(f"published 0 of {len(events)} events to {topic}: the transaction was aborted")
+                raise typer.Exit(1)
             client.commit(transaction)
     console.print(f"published {len(events) - refused} of {len(events)} events to {topic}")
     if refused:

@@ -30,6 +30,10 @@ def _side(role: str, topics: list[str] | None, pattern: str | None, id_: str, so
     return reconciliation.SideIn(role=role, topics=topics or [], pattern=pattern, id=id_, source=source, time=time)
 
 
+def _outputs() -> reconciliation.OutputTopics:
+    return reconciliation.OutputTopics.from_settings(Settings())
+
+
 def _periods(o: float, n: float, m: float, z: float) -> reconciliation.PeriodsIn:
     return reconciliation.PeriodsIn(o=timedelta(seconds=o), n=timedelta(seconds=n), m=timedelta(seconds=m),
                                     z=timedelta(seconds=z))
@@ -64,7 +68,7 @@ def create_reconciliation(
         periods=_periods(o, n, m, z), output_topic=output_topic,
     )
     with registry() as (session, _):
-        created = reconciliation.create(session, ADMIN, body, Settings().recon.output_topic)
+        created = reconciliation.create(session, ADMIN, body, _outputs())
     show([created], COLUMNS, "reconciliation created")
 
 
@@ -83,7 +87,7 @@ def change_periods(reconciliation_id: str, o: Annotated[float, typer.Option("--o
     """Change the periods (seconds); kept state takes them at once."""
     with registry() as (session, _):
         changed = reconciliation.update(session, ADMIN, reconciliation_id,
-                                        reconciliation.ReconciliationPatch(periods=_periods(o, n, m, z)))
+                                        reconciliation.ReconciliationPatch(periods=_periods(o, n, m, z)), _outputs())
     show([changed], COLUMNS, "periods changed")
 
 
@@ -92,7 +96,7 @@ def change_periods(reconciliation_id: str, o: Annotated[float, typer.Option("--o
 def enable_reconciliation(reconciliation_id: str) -> None:
     with registry() as (session, _):
         show([reconciliation.update(session, ADMIN, reconciliation_id,
-                                    reconciliation.ReconciliationPatch(enabled=True))], COLUMNS, "enabled")
+                                    reconciliation.ReconciliationPatch(enabled=True), _outputs())], COLUMNS, "enabled")
 
 
 @recon_app.command("disable")
@@ -101,7 +105,7 @@ def disable_reconciliation(reconciliation_id: str) -> None:
     """Stop reconciling (its state is dropped)."""
     with registry() as (session, _):
         show([reconciliation.update(session, ADMIN, reconciliation_id,
-                                    reconciliation.ReconciliationPatch(enabled=False))], COLUMNS, "disabled")
+                                    reconciliation.ReconciliationPatch(enabled=False), _outputs())], COLUMNS, "disabled")
 
 
 @recon_app.command("delete")

@@ -344,6 +344,11 @@ class MessagingSettings(_Section):
     transaction_producers: int = Field(
         default=4, ge=1, description="transactional producers per instance: open transactions it can hold at once"
     )
+    transactions_per_key: int = Field(
+        default=2, ge=1,
+        description="open transactions one API key may hold on an instance; more get 429, so one key cannot "
+                    "take every transactional producer",
+    )
     transaction_timeout_s: float = Field(
         default=60.0, gt=0, description="a transaction neither committed nor aborted by then is aborted"
     )

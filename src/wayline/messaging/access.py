@@ -1,7 +1,9 @@
 """Who may publish to or poll which topic: admin keys everything, customer keys what a grant names.
 
 A grant gives one API key actions (`publish`, `poll`) on the topics matching a glob pattern
-(`orders.*`). A key and its grants are read together and kept `messaging.auth_cache_s`
+(`orders.*`). Reserved topics (`wayline.core.topics`) are out of every grant's reach: no key
+publishes to them, and only admin keys poll them; a grant whose pattern can match nothing
+else is refused. A key and its grants are read together and kept `messaging.auth_cache_s`
 (2 s): a publish at 200 requests/s must not cost a database round trip each, so a
 revoked key or a changed grant takes effect on every instance within that time.
 """
@@ -20,7 +22,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from wayline.core.errors import Forbidden, NotFound
+from wayline.core.errors import Forbidden, NotFound, RejectedInput
+from wayline.core.topics import ReservedTopics
 from wayline.messaging.models import TopicGrant
 from wayline.registry import api_key
 from wayline.registry.access import Caller
@@ -55,28 +58,39 @@ class GrantOut(BaseModel):
 class Permissions:
     caller: Caller
     grants: tuple[tuple[str, frozenset[str]], ...]  # (pattern, actions)
+    reserved: ReservedTopics
 
     def require(self, action: Action, topic: str) -> None:
+        if action == "publish" or not self.caller.is_admin:
+            self.reserved.refuse(topic, action)
         if self.caller.is_admin:
             return
         if not any(action in actions and fnmatch.fnmatchcase(topic, pattern) for pattern, actions in self.grants):
             raise Forbidden(f"this API key may not {action} topic {topic}: an admin grants it with POST /topic-grants")
 
+    def require_any(self, action: Action, doing: str) -> None:
+        """Some grant allows ``action``: for ``doing`` what names no topic yet (a transaction's begin)."""
+        if not self.caller.is_admin and not any(action in actions for _, actions in self.grants):
+            raise Forbidden(f"this API key may not {action} any topic, so it may not {doing}: an admin grants it "
+                            "with POST /topic-grants")
 
-def authorize(session: Session, presented: str) -> Permissions:
+
+def authorize(session: Session, presented: str, reserved: ReservedTopics) -> Permissions:
     caller = api_key.authenticate(session, presented)
     rows = session.execute(
         select(TopicGrant.pattern, TopicGrant.actions).where(TopicGrant.api_key_id == caller.key_id)
     ).all()
-    return Permissions(caller, tuple((pattern, frozenset(actions)) for pattern, actions in rows))
+    return Permissions(caller, tuple((pattern, frozenset(actions)) for pattern, actions in rows), reserved)
 
 
 class Authorizer:
     """`authorize`, remembered per presented key for `max_age_s`; refusals are never remembered."""
 
-    def __init__(self, database: Database, max_age_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, database: Database, max_age_s: float, reserved: ReservedTopics,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self._database = database
         self._max_age_s = max_age_s
+        self._reserved = reserved
         self._clock = clock
         self._lock = threading.Lock()
         self._known: dict[str, tuple[float, Permissions]] = {}
@@ -90,7 +104,7 @@ class Authorizer:
         if known is not None:
             return known
         with self._database.transaction() as session:
-            permissions = authorize(session, presented)
+            permissions = authorize(session, presented, self._reserved)
         with self._lock:
             if len(self._known) >= MAX_REMEMBERED:
                 self._known.clear()
@@ -98,8 +112,11 @@ class Authorizer:
         return permissions
 
 
-def create_grant(session: Session, caller: Caller, body: GrantIn) -> GrantOut:
+def create_grant(session: Session, caller: Caller, body: GrantIn, reserved: ReservedTopics) -> GrantOut:
     caller.require_admin()
+    reason = reserved.pattern_reason(body.pattern)
+    if reason is not None:
+        raise RejectedInput(f"pattern: {body.pattern} matches reserved topics only: {reason}; a grant cannot give them")
     if session.get(ApiKey, body.api_key_id) is None:
         raise NotFound(f"api key {body.api_key_id} not found")
     row = TopicGrant(id=new_id("topic_grant"), api_key_id=body.api_key_id, pattern=body.pattern,

@@ -5,6 +5,12 @@ with one key cannot both write: the second is told the first is still in progres
 If the instance holding a claim dies before answering, the claim lapses after
 `messaging.idempotency_pending_s` and a retry writes again (its records may then be in
 the topic twice: the one case where a retry can duplicate, and only after a crash).
+
+As in Stripe's rule, a request is its parameters, not its bytes: the body is compared as
+canonical JSON (keys sorted, no spacing), so the same events with their keys in another
+order are the same request. And a request refused before it had any effect (every event
+refused by validation) releases its claim: the key is not used up, a corrected request
+may take it.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+import orjson
 from sqlalchemy import delete, func, select
 from sqlalchemy.dialects.postgresql import insert
 
@@ -28,8 +35,9 @@ class Answer:
     body: Any
 
 
-def fingerprint(topic: str, body: bytes) -> str:
-    return hashlib.sha256(topic.encode() + b"\0" + body).hexdigest()
+def fingerprint(topic: str, body: Any) -> str:
+    """The request's identity: its topic and its decoded body as canonical JSON."""
+    return hashlib.sha256(topic.encode() + b"\0" + orjson.dumps(body, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
 class PublishLedger:
@@ -66,7 +74,7 @@ class PublishLedger:
                 row.status_code, row.body = answer.status, answer.body
 
     def release(self, key_id: str, key: str) -> None:
-        """The request failed before writing anything: a retry may go ahead at once."""
+        """The request wrote nothing (it failed, or was refused): a retry may go ahead at once."""
         with self._database.transaction() as session:
             session.execute(
                 delete(PublishRequest).where(PublishRequest.api_key_id == key_id, PublishRequest.key == key)

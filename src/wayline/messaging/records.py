@@ -3,8 +3,10 @@
 The body is one CloudEvent (a JSON object) or a batch (a JSON array of them). Each event
 must pass the envelope rules the pipelines apply (`wayline.core.envelope`), fit the
 per-event size limit (the same one past which the pipelines quarantine), and match its
-type's JSON Schema when the registry holds one. An event that fails is refused with its
-reason; the others are written.
+type's JSON Schema when the registry holds one. Wayline's own operational event types are
+refused: the delivery job sends those to the customer their tenantid names, signed, so an
+API caller could otherwise forge one to any customer. An event that fails is refused with
+its reason; the others are written.
 """
 
 from __future__ import annotations
@@ -18,8 +20,10 @@ import orjson
 from wayline.core.envelope import Rejection, parse_record
 from wayline.core.errors import RejectedInput
 from wayline.messaging.errors import NotJson, TooLarge
+from wayline.registry.catalog import OPERATIONAL_EVENT_TYPES
 
 SCHEMA_MISMATCH = "schema_mismatch"
+RESERVED_TYPE = "reserved_type"
 
 
 class Schemas(Protocol):
@@ -83,6 +87,9 @@ def _check_one(index: int, event: Any, max_bytes: int, schemas: Schemas) -> Outg
     parsed = parse_record(value, max_bytes=max_bytes)
     if isinstance(parsed, Rejection):
         return Refused(index, str(parsed.reason), f"{name}: {parsed.detail}")
+    if parsed.type in OPERATIONAL_EVENT_TYPES:
+        return Refused(index, RESERVED_TYPE, f"{name}: type {parsed.type} is reserved: only Wayline publishes its "
+                                             "own operational events")
     problem = schemas.problem(parsed.type, parsed.data)
     if problem is not None:
         return Refused(index, SCHEMA_MISMATCH, f"{name}: data does not match the schema of {parsed.type}: {problem}")
@@ -96,5 +103,5 @@ def result_body(result: Result) -> dict[str, Any]:
 
 
 __all__ = [
-    "Outgoing", "Refused", "Result", "SCHEMA_MISMATCH", "Schemas", "Written", "check", "read_body", "result_body",
+    "Outgoing", "RESERVED_TYPE", "Refused", "Result", "SCHEMA_MISMATCH", "Schemas", "Written", "check", "read_body", "result_body",
 ]

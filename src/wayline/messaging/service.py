@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from wayline.core.settings import MessagingSettings, Settings
+from wayline.core.topics import ReservedTopics
 from wayline.messaging.access import Authorizer
 from wayline.messaging.idempotency import Answer, PublishLedger, fingerprint
 from wayline.messaging.poll import Poller
@@ -32,23 +33,26 @@ class Messaging:
     schemas: SchemaCatalog
     ledger: PublishLedger
     authorizer: Authorizer
+    reserved: ReservedTopics
 
     @classmethod
     def start(cls, settings: Settings, database: Database) -> Messaging:
         m = settings.messaging
         bootstrap = settings.kafka_bootstrap()
+        reserved = ReservedTopics.from_settings(settings)
         return cls(
             settings=m,
             max_event_bytes=settings.envelope.max_bytes,
             publisher=Publisher(bootstrap, m.linger_ms, m.delivery_timeout_ms),
             known=KnownTopics(bootstrap),
-            transactions=TransactionPool(bootstrap, m.instance_id, m.transaction_producers, m.transaction_timeout_s,
-                                         m.linger_ms, m.delivery_timeout_ms),
+            transactions=TransactionPool(bootstrap, m.instance_id, m.transaction_producers, m.transactions_per_key,
+                                         m.transaction_timeout_s, m.linger_ms, m.delivery_timeout_ms),
             poller=Poller(bootstrap, m.poll_consumers),
-            topics=TopicAdmin(bootstrap),
+            topics=TopicAdmin(bootstrap, reserved),
             schemas=SchemaCatalog(database, m.schema_cache_s),
             ledger=PublishLedger(database, m.idempotency_pending_s),
-            authorizer=Authorizer(database, m.auth_cache_s),
+            authorizer=Authorizer(database, m.auth_cache_s, reserved),
+            reserved=reserved,
         )
 
     def publish(self, key_id: str, topic: str, body: bytes, idempotency_key: str | None = None,
@@ -61,7 +65,8 @@ class Messaging:
         self.known.require(topic)
         if idempotency_key is None:
             return _answer(self._write(key_id, topic, checked, transaction), batch), False
-        replay = self.ledger.claim(key_id, idempotency_key, fingerprint(topic, body))
+        # Claimed even when every event is refused, so that a key already answered replays that answer.
+        replay = self.ledger.claim(key_id, idempotency_key, fingerprint(topic, events if batch else events[0]))
         if replay is not None:
             return replay, True
         try:
@@ -70,7 +75,10 @@ class Messaging:
             self.ledger.release(key_id, idempotency_key)
             raise
         answer = _answer(results, batch)
-        self.ledger.settle(key_id, idempotency_key, answer)
+        if any(isinstance(c, Outgoing) for c in checked):
+            self.ledger.settle(key_id, idempotency_key, answer)
+        else:  # refused by validation before any effect: the key is not used up
+            self.ledger.release(key_id, idempotency_key)
         return answer, False
 
     def _write(

@@ -1,4 +1,5 @@
-"""Topic admin for the messaging API: create, describe, list, delete (admin keys only)."""
+"""Topic admin for the messaging API: create, describe, list, delete (admin keys only).
+Reserved topics (`wayline.core.topics`) can be described, never created or deleted."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, OffsetS
 from pydantic import BaseModel, ConfigDict, Field
 
 from wayline.core.errors import Conflict, NotFound, RejectedInput, RetryLater
+from wayline.core.topics import ReservedTopics
 
 TOPIC_PATTERN = r"^[A-Za-z0-9._-]{1,249}$"
 TIMEOUT_S = 30
@@ -37,10 +39,12 @@ class TopicOut(BaseModel):
 
 
 class TopicAdmin:
-    def __init__(self, bootstrap: str) -> None:
+    def __init__(self, bootstrap: str, reserved: ReservedTopics) -> None:
         self._admin = AdminClient({"bootstrap.servers": bootstrap})
+        self._reserved = reserved
 
     def create(self, body: TopicIn) -> TopicOut:
+        self._reserved.refuse(body.name, "create")
         config = {"retention.ms": str(body.retention_ms)} if body.retention_ms is not None else {}
         future = self._admin.create_topics(
             [NewTopic(body.name, num_partitions=body.partitions, replication_factor=1, config=config)]
@@ -93,6 +97,7 @@ class TopicAdmin:
         )
 
     def delete(self, name: str) -> None:
+        self._reserved.refuse(name, "delete")
         future = self._admin.delete_topics([name], operation_timeout=TIMEOUT_S)[name]
         try:
             future.result(timeout=TIMEOUT_S)

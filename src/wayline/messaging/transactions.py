@@ -2,9 +2,13 @@
 
 Each instance holds a bounded pool of transactional producers, slot `n` with the fixed
 transactional id `wayline-messaging.<instance>.<n>`. A slot holds one open transaction at a
-time. Because the id is fixed per slot, a restarted instance's `init_transactions` fences
-the producers of its previous life and aborts whatever they left open; a broker-side
-`transaction.timeout.ms` a little above ours aborts them too if the instance never comes back.
+time, and one API key at most `per_key` of them, so no key can take the whole pool. Because
+the id is fixed per slot, a restarted instance's `init_transactions` fences the producers of
+its previous life and aborts whatever they left open. It does so for every slot as soon as
+it starts (a thread; a begin waits for it): a transaction a crash left open holds back every
+read_committed reader of its partitions, which must not last until that slot's next begin.
+A broker-side `transaction.timeout.ms` a little above ours aborts them too if the instance
+never comes back.
 
 A transaction id is `<instance>~<slot>~<token>`: any instance can tell whose it is, and one
 that is not the owner answers `Misdirected` (HTTP 421) naming the instance to send it to.
@@ -13,6 +17,7 @@ Only the API key that began a transaction may publish into, commit or abort it.
 
 from __future__ import annotations
 
+import logging
 import secrets
 import threading
 import time
@@ -22,7 +27,7 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import KafkaException, Producer
 
-from wayline.core.errors import Conflict, NotFound, RejectedInput, RetryLater
+from wayline.core.errors import Conflict, NotFound, RejectedInput, RetryLater, TooMany
 from wayline.messaging.errors import Busy, Misdirected
 from wayline.messaging.producer import producer_config, write
 from wayline.messaging.records import Outgoing, Result, Written
@@ -30,6 +35,10 @@ from wayline.messaging.records import Outgoing, Result, Written
 SEPARATOR = "~"
 # The broker aborts a transaction this long after ours would have, if this instance is gone by then.
 BROKER_MARGIN_S = 30
+# How long `init_transactions` may take: it finds the coordinator and fences the previous producer.
+INIT_TIMEOUT_S = 30
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -59,11 +68,12 @@ class Outcome:
 
 class TransactionPool:
     def __init__(
-        self, bootstrap: str, instance: str, size: int, timeout_s: float, linger_ms: float,
+        self, bootstrap: str, instance: str, size: int, per_key: int, timeout_s: float, linger_ms: float,
         delivery_timeout_ms: int, clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._bootstrap = bootstrap
         self.instance = instance
+        self._per_key = per_key
         self._timeout_s = timeout_s
         self._linger_ms = linger_ms
         self._delivery_timeout_ms = delivery_timeout_ms
@@ -71,6 +81,8 @@ class TransactionPool:
         self._slots = [_Slot(n) for n in range(size)]
         self._pick = threading.Lock()
         self._stop = threading.Event()
+        self._fenced = threading.Event()
+        threading.Thread(target=self._fence, name="messaging-txn-fence", daemon=True).start()
         self._reaper = threading.Thread(target=self._reap_forever, name="messaging-txn-reaper", daemon=True)
         self._reaper.start()
 
@@ -79,26 +91,33 @@ class TransactionPool:
         return self._timeout_s
 
     def begin(self, owner: str) -> Outcome:
+        self._fenced.wait(INIT_TIMEOUT_S)
         with self._pick:
+            held = sum(s.open is not None and s.open.owner == owner for s in self._slots)
+            if held >= self._per_key:
+                raise TooMany(f"this API key holds {held} open transactions on instance {self.instance}, the most one "
+                              "key may: commit or abort one first")
             slot = next((s for s in self._slots if s.open is None and not s.lock.locked()), None)
             if slot is None:
                 raise Busy(f"all {len(self._slots)} transactional producers of instance {self.instance} hold open "
                            "transactions: commit or abort one, or retry shortly")
             slot.lock.acquire()
-        try:
-            producer = self._producer(slot)
-            try:
-                producer.begin_transaction()
-            except KafkaException as exc:
-                self._drop(slot)
-                raise RetryLater(f"could not begin a transaction: {exc.args[0].str()}") from exc
-            slot.open = _Open(
+            # Taken while the pick lock is held, so that concurrent begins of one key all count it.
+            slot.open = txn = _Open(
                 id=SEPARATOR.join((self.instance, str(slot.index), secrets.token_urlsafe(12))),
                 owner=owner, deadline=self._clock() + self._timeout_s,
             )
-            return _outcome(slot.open, "open")
+        try:
+            self._producer(slot).begin_transaction()
+        except KafkaException as exc:
+            self._drop(slot)
+            raise RetryLater(f"could not begin a transaction: {exc.args[0].str()}") from exc
+        except RetryLater:
+            slot.open = None
+            raise
         finally:
             slot.lock.release()
+        return _outcome(txn, "open")
 
     def publish(self, transaction_id: str, owner: str, topic: str, records: Sequence[Outgoing]) -> list[Result]:
         with self._held(transaction_id, owner) as (slot, txn):
@@ -152,6 +171,22 @@ class TransactionPool:
                 # keeps no producer reconnecting to the broker.
                 slot.producer = None
 
+    def _fence(self) -> None:
+        """Start every slot's producer, fencing its previous life's (see the module docstring)."""
+        try:
+            for slot in self._slots:
+                with slot.lock:
+                    # Checked under the slot's lock: a pool closed meanwhile must not get a producer back.
+                    if self._stop.is_set():
+                        return
+                    if slot.producer is None:
+                        self._producer(slot)
+        except RetryLater as exc:
+            # The broker is unreachable: the slots left are fenced when they begin their first transaction.
+            log.warning("transactional producers of instance %s not fenced at start: %s", self.instance, exc)
+        finally:
+            self._fenced.set()
+
     def _reap_forever(self) -> None:
         while not self._stop.wait(min(1.0, self._timeout_s / 4)):
             self.reap()
@@ -191,7 +226,7 @@ class TransactionPool:
                    "transaction.timeout.ms": int((self._timeout_s + BROKER_MARGIN_S) * 1000)},
             ))
             try:
-                producer.init_transactions(30)
+                producer.init_transactions(INIT_TIMEOUT_S)
             except KafkaException as exc:
                 raise RetryLater(f"could not start a transactional producer: {exc.args[0].str()}") from exc
             slot.producer = producer
@@ -220,4 +255,4 @@ def _outcome(txn: _Open, state: str) -> Outcome:
     return Outcome(txn.id, state, txn.written, sorted(txn.topics))
 
 
-__all__ = ["Outcome", "SEPARATOR", "TransactionPool"]
+__all__ = ["INIT_TIMEOUT_S", "Outcome", "SEPARATOR", "TransactionPool"]

@@ -10,7 +10,7 @@ from pydantic import BaseModel, Field
 
 class RecordError(BaseModel):
     code: str = Field(description="the envelope reason (not_json, oversize, missing_attribute, …), schema_mismatch, "
-                                  "kafka or timeout")
+                                  "reserved_type (one of Wayline's own event types), kafka or timeout")
     message: str
 
 

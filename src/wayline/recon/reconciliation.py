@@ -7,11 +7,14 @@ event time: a CloudEvents attribute (structured, or ``ce_*`` headers in binary m
 default, or a ``data.*`` path. Periods ``o``, ``n``, ``m``, ``z`` are seconds or ISO 8601
 durations (``wayline.recon.periods`` says what each means). Every operation needs an admin
 key. A change bumps ``revision`` and the recon version (a trigger), which the job polls.
+The output topic is ``recon.output_topic`` unless named; a named one may not be reserved
+(``wayline.core.topics``).
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any, Literal
 
@@ -21,6 +24,8 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from wayline.core.errors import Conflict, NotFound, RejectedInput
+from wayline.core.settings import Settings
+from wayline.core.topics import ReservedTopics
 from wayline.recon.periods import Periods
 from wayline.registry.access import Caller, Page, page
 from wayline.registry.ids import new_id
@@ -136,6 +141,25 @@ class ReconciliationOut(BaseModel):
         )
 
 
+@dataclass(frozen=True)
+class OutputTopics:
+    """Where reconciliations write: the default topic, or one named that is not reserved."""
+
+    default: str
+    reserved: ReservedTopics
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> OutputTopics:
+        return cls(settings.recon.output_topic, ReservedTopics.from_settings(settings))
+
+    def checked(self, topic: str | None) -> str:
+        # Naming the default is leaving it unset: the recon job writes there in any case.
+        if topic is None or topic == self.default:
+            return self.default
+        self.reserved.refuse_field("output_topic", topic)
+        return topic
+
+
 def periods_of(row: Reconciliation) -> Periods:
     return Periods(o=row.o_ms, n=row.n_ms, m=row.m_ms, z=row.z_ms)
 
@@ -151,15 +175,16 @@ def _set_periods(row: Reconciliation, periods: Periods) -> None:
     row.o_ms, row.n_ms, row.m_ms, row.z_ms = periods.o, periods.n, periods.m, periods.z
 
 
-def create(session: Session, caller: Caller, body: ReconciliationIn, default_topic: str) -> ReconciliationOut:
+def create(session: Session, caller: Caller, body: ReconciliationIn, outputs: OutputTopics) -> ReconciliationOut:
     caller.require_admin()
     _check_roles(body.expected, body.actual)
     periods = body.periods.checked()
+    output_topic = outputs.checked(body.output_topic)
     if session.scalar(select(Reconciliation.id).where(Reconciliation.name == body.name)) is not None:
         raise Conflict(f"name: a reconciliation named {body.name} exists already")
     row = Reconciliation(
         id=new_id("reconciliation"), name=body.name, expected=body.expected.model_dump(),
-        actual=body.actual.model_dump(), output_topic=body.output_topic or default_topic,
+        actual=body.actual.model_dump(), output_topic=output_topic,
         enabled=body.enabled, revision=1,
     )
     _set_periods(row, periods)
@@ -183,7 +208,8 @@ def list_(session: Session, caller: Caller, cursor: str | None, limit: int, max_
     return Page[ReconciliationOut](data=[ReconciliationOut.of(r) for r in rows], next_cursor=next_cursor)
 
 
-def update(session: Session, caller: Caller, reconciliation_id: str, body: ReconciliationPatch) -> ReconciliationOut:
+def update(session: Session, caller: Caller, reconciliation_id: str, body: ReconciliationPatch,
+           outputs: OutputTopics) -> ReconciliationOut:
     caller.require_admin()
     row = row_of(session, reconciliation_id)
     changes = body.model_dump(exclude_unset=True)
@@ -198,7 +224,7 @@ def update(session: Session, caller: Caller, reconciliation_id: str, body: Recon
     if body.periods is not None:
         _set_periods(row, body.periods.checked())
     if body.output_topic is not None:
-        row.output_topic = body.output_topic
+        row.output_topic = outputs.checked(body.output_topic)
     if body.enabled is not None:
         row.enabled = body.enabled
     if (row.expected, row.actual, periods_of(row), row.output_topic, row.enabled) != before:
@@ -235,6 +261,6 @@ def side_of(row: Reconciliation, side: str) -> SideIn:
 
 
 __all__ = [
-    "ATTRIBUTES", "PeriodsIn", "ReconciliationIn", "ReconciliationOut", "ReconciliationPatch", "SideIn",
+    "ATTRIBUTES", "OutputTopics", "PeriodsIn", "ReconciliationIn", "ReconciliationOut", "ReconciliationPatch", "SideIn",
     "create", "delete", "get", "list_", "periods_of", "recon_version", "row_of", "running", "side_of", "update",
 ]

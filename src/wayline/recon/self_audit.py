@@ -73,10 +73,11 @@ def _create_or_update(database: Database, settings: Settings,
                       wanted: service.ReconciliationIn) -> service.ReconciliationOut:
     with database.transaction() as session:
         existing = find(session)
+        outputs = service.OutputTopics.from_settings(settings)
         if existing is None:
-            return service.create(session, ADMIN, wanted, settings.recon.output_topic)
+            return service.create(session, ADMIN, wanted, outputs)
         return service.update(session, ADMIN, existing, service.ReconciliationPatch(
-            expected=wanted.expected, actual=wanted.actual, periods=wanted.periods, enabled=True))
+            expected=wanted.expected, actual=wanted.actual, periods=wanted.periods, enabled=True), outputs)
 
 
 def find(session: Session) -> str | None:

@@ -32,6 +32,7 @@ from sqlalchemy.orm import Session
 
 from wayline.core.errors import Conflict, NotFound, RejectedInput
 from wayline.core.settings import Settings
+from wayline.core.topics import ReservedTopics
 from wayline.registry import catalog, reference
 from wayline.registry.access import Caller, Page, page
 from wayline.registry.ids import new_id
@@ -96,9 +97,10 @@ class RulePolicy:
     state_budget: int
     time_budget_ms: int
     max_windows_per_event: int
-    # Wayline's own topics: a rule writing there would forge events, quarantine records or rules.
-    reserved_topics: frozenset[str]
-    reserved_prefix: str
+    # Wayline's own topics: a rule writing there would forge work, operations events, audit records or rules.
+    reserved: ReservedTopics
+    # The event topics the rules job reads: a rule writing there would read its own output back.
+    event_prefix: str
     # Output topics the delivery job reads: their rules' output types enter the catalog.
     alert_prefix: str
 
@@ -108,19 +110,18 @@ class RulePolicy:
             state_budget=settings.rules.default_state_budget,
             time_budget_ms=settings.rules.default_time_budget_ms,
             max_windows_per_event=settings.rules.max_windows_per_event,
-            reserved_topics=frozenset({
-                settings.kafka.quarantine_topic, settings.rules.control_topic, settings.delivery.batch_topic,
-                settings.delivery.operations_topic,
-            }),
-            reserved_prefix=settings.kafka.event_topic_prefix,
+            reserved=ReservedTopics.from_settings(settings),
+            event_prefix=settings.kafka.event_topic_prefix,
             alert_prefix=settings.kafka.alert_topic_prefix,
         )
 
     def check_topic(self, topic: str) -> None:
-        if topic in self.reserved_topics or topic.startswith((self.reserved_prefix, "__")):
+        self.reserved.refuse_field("output_topic", topic)
+        if topic.startswith(self.event_prefix):
             raise RejectedInput(
-                f"output_topic: {topic} is one of Wayline's own topics (its event topics {self.reserved_prefix}*, "
-                f"{', '.join(sorted(self.reserved_topics))} and Kafka's __*); choose another"
+                f"output_topic: {topic} is one of the event topics ({self.event_prefix}*), which the rules job reads: "
+                f"it would read the rule's output back; choose another ({self.alert_prefix}* is delivered to "
+                "subscribers)"
             )
 
     def publish(self, session: Session, row: Rule) -> None:

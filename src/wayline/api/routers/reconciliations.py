@@ -43,8 +43,8 @@ def window_out(window: store.Window) -> WindowOut:
 
 @router.post("", status_code=201, response_model=reconciliation.ReconciliationOut)
 def create_reconciliation(body: reconciliation.ReconciliationIn, request: Request, caller: CallerDep, once: OnceDep):
-    topic = request.app.state.settings.recon.output_topic
-    return once(body, lambda s: reconciliation.create(s, caller, body, topic))
+    outputs = reconciliation.OutputTopics.from_settings(request.app.state.settings)
+    return once(body, lambda s: reconciliation.create(s, caller, body, outputs))
 
 
 @router.get("", response_model=Page[reconciliation.ReconciliationOut])
@@ -60,9 +60,11 @@ def get_reconciliation(reconciliation_id: str, db: DB, caller: CallerDep):
 
 
 @router.patch("/{reconciliation_id}", response_model=reconciliation.ReconciliationOut)
-def update_reconciliation(reconciliation_id: str, body: reconciliation.ReconciliationPatch, db: DB, caller: CallerDep):
+def update_reconciliation(reconciliation_id: str, body: reconciliation.ReconciliationPatch, request: Request, db: DB,
+                          caller: CallerDep):
+    outputs = reconciliation.OutputTopics.from_settings(request.app.state.settings)
     with db.transaction() as session:
-        return reconciliation.update(session, caller, reconciliation_id, body)
+        return reconciliation.update(session, caller, reconciliation_id, body, outputs)
 
 
 @router.delete("/{reconciliation_id}", status_code=204)

@@ -6,17 +6,17 @@ from fastapi import APIRouter, Response
 
 from wayline.api.bodies import JsonRoute
 from wayline.api.deps import DB
-from wayline.api.messaging_deps import ERROR_RESPONSES, PermissionsDep
+from wayline.api.messaging_deps import ERROR_RESPONSES, MessagingDep, PermissionsDep
 from wayline.messaging import access
 
 router = APIRouter(responses=ERROR_RESPONSES, route_class=JsonRoute)
 
 
 @router.post("/topic-grants", tags=["topic grants"], status_code=201, response_model=access.GrantOut)
-def create_grant(body: access.GrantIn, db: DB, perms: PermissionsDep) -> access.GrantOut:
-    """Let an API key publish to and/or poll the topics matching a pattern."""
+def create_grant(body: access.GrantIn, db: DB, service: MessagingDep, perms: PermissionsDep) -> access.GrantOut:
+    """Let an API key publish to and/or poll the topics matching a pattern (reserved topics excepted)."""
     with db.transaction() as session:
-        return access.create_grant(session, perms.caller, body)
+        return access.create_grant(session, perms.caller, body, service.reserved)
 
 
 @router.get("/topic-grants", tags=["topic grants"], response_model=list[access.GrantOut])

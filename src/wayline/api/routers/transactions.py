@@ -23,7 +23,9 @@ router = APIRouter(responses=ERROR_RESPONSES, route_class=JsonRoute)
 
 @router.post("/transactions", tags=["transactions"], status_code=201, response_model=TransactionOut)
 def begin(service: MessagingDep, perms: PermissionsDep) -> Response:
-    """Begin a transaction on this instance; only this API key may use it."""
+    """Begin a transaction on this instance; only this API key may use it. The key needs a publish grant (each
+    publish into the transaction is checked against its topic), and may hold only so many open transactions."""
+    perms.require_any("publish", "begin a transaction")
     outcome = service.transactions.begin(perms.caller.key_id)
     return json_response(transaction_body(outcome, service.transactions.timeout_s), 201)
 
