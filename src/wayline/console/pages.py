@@ -23,6 +23,7 @@ from wayline.registry import api_key, customer
 from wayline.registry.access import Caller
 from wayline.registry.db import Database
 
+from .formats import http_status, time_span
 from .session import COOKIE, CSRF_FIELD, SessionData, Sessions, check_csrf
 
 PREFIX = "/console"
@@ -36,6 +37,7 @@ def link(path: str, query: dict[str, str | None] | None = None, **more: str | No
 
 
 templates.env.globals["link"] = link
+templates.env.filters.update(time_span=time_span, http_status=http_status)
 
 
 class SignInFirst(Unauthorized):
