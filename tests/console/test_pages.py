@@ -204,8 +204,8 @@ def test_the_endpoint_page_labels_the_first_attempt_and_draws_the_charts_axes(
     page = signed_in(browser, site, site.customer_key)
     page.goto(f"/console/endpoints/{site.endpoint_id}")
     expect(page.locator("ol.schedule li")).to_have_text([
-        "attempt 1 as soon as the event arrives", "attempt 2 5.0 s after attempt 1 failed",
-        "attempt 3 300.0 s after attempt 2 failed"])
+        "attempt 1 as soon as the event arrives", "attempt 2 5 s after attempt 1 failed",
+        "attempt 3 5 min after attempt 2 failed"])
     # The success-rate axis, the p95 axis up to the slowest bucket's 40 ms, and the time.
     expect(page.locator("#health .rate-axis")).to_have_text(["0%", "50%", "100%"])
     expect(page.locator("#health .latency-axis")).to_have_text(["0 ms", "20 ms", "40 ms"])

@@ -24,6 +24,15 @@ def time_span(start: datetime | int, end: datetime | int) -> str:
     return f"{first:%Y-%m-%d} {_clock(first)} – {until} UTC"
 
 
+def duration(seconds: float) -> str:
+    """``0.5 s``, ``5 min``, ``1 h 30 min``: a wait as a person would say it."""
+    if seconds < 60:
+        return f"{seconds:g} s"
+    minutes, rest = divmod(round(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return " ".join(f"{value} {unit}" for value, unit in ((hours, "h"), (minutes, "min"), (rest, "s")) if value)
+
+
 def http_status(status: int) -> str:
     """``204 No Content``; a code without a standard name stays a number."""
     try:
@@ -32,4 +41,4 @@ def http_status(status: int) -> str:
         return str(status)
 
 
-__all__ = ["http_status", "time_span"]
+__all__ = ["duration", "http_status", "time_span"]

@@ -23,7 +23,7 @@ from wayline.registry import api_key, customer
 from wayline.registry.access import Caller
 from wayline.registry.db import Database
 
-from .formats import http_status, time_span
+from .formats import duration, http_status, time_span
 from .session import COOKIE, CSRF_FIELD, SessionData, Sessions, check_csrf
 
 PREFIX = "/console"
@@ -37,7 +37,7 @@ def link(path: str, query: dict[str, str | None] | None = None, **more: str | No
 
 
 templates.env.globals["link"] = link
-templates.env.filters.update(time_span=time_span, http_status=http_status)
+templates.env.filters.update(duration=duration, http_status=http_status, time_span=time_span)
 
 
 class SignInFirst(Unauthorized):
