@@ -5,9 +5,14 @@ from __future__ import annotations
 
 import base64
 import itertools
+import os
+import threading
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx
 import pytest
 
 pytestmark = pytest.mark.integration
@@ -164,3 +169,89 @@ def test_hostile_input_is_refused_with_the_error_shape(row: Row, admin, world) -
     body = response.json()
     assert set(body) == {"error"} and set(body["error"]) == {"code", "message"}, body
     assert row.message in body["error"]["message"], body["error"]["message"]
+
+
+# Bodies over the request limit: the servers run in this process, so its resident memory is theirs.
+MiB = 1 << 20
+
+
+def resident_bytes() -> int:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def streamed_json(size: int, head: bytes) -> Iterator[bytes]:
+    """A JSON object of ``size`` bytes (a huge array of zeros after ``head``), made as it is
+    sent, so that the client holds none of it: what grows here is the server's doing."""
+    opening, chunk, closing = head + b'"pad": [', b"0," * 32_768, b"0]}"
+    yield opening
+    left = size - len(opening) - len(closing)
+    while left >= len(chunk):
+        yield chunk
+        left -= len(chunk)
+    yield b" " * left + closing
+
+
+def send_big(base: str, path: str, key: str | None, *, declared: bool, size: int = 20 * MiB) -> tuple[httpx.Response, float, int]:
+    """POST a ``size``-byte body (its length declared, or chunked); the answer, the seconds it
+    took, and how far this process's resident memory rose meanwhile."""
+    headers = {"Content-Type": "application/json"} | ({"Authorization": f"Bearer {key}"} if key else {})
+    if declared:
+        headers["Content-Length"] = str(size)
+    baseline, peak, done = resident_bytes(), [0], threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            peak[0] = max(peak[0], resident_bytes())
+            time.sleep(0.002)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    started = time.monotonic()
+    try:
+        response = httpx.post(f"{base}{path}", content=streamed_json(size, b'{"url": "' + RECEIVER.encode() + b'", '),
+                              headers=headers, timeout=60)
+    finally:
+        done.set()
+        watcher.join()
+    return response, time.monotonic() - started, peak[0] - baseline
+
+
+def assert_refused(response: httpx.Response, status: int, message: str) -> None:
+    assert response.status_code == status, response.text[:500]
+    assert response.json()["error"]["code"] in ("unauthorized", "too_large")
+    assert message in response.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("declared", [True, False], ids=["Content-Length", "chunked"])
+def test_a_stranger_s_20_mb_body_is_refused_unread(admin_api: str, declared: bool) -> None:
+    response, seconds, grown = send_big(admin_api, "/endpoints", None, declared=declared)
+    # Declared over the limit: refused before anything else; chunked: the missing key is refused first.
+    assert_refused(response, 413 if declared else 401, "over the limit of 4194304" if declared else "no API key")
+    assert seconds < 5
+    assert grown < 32 * MiB, f"the server grew by {grown / MiB:.0f} MiB"
+
+
+def test_a_chunked_body_is_counted_and_refused_past_the_limit(admin_api: str, admin_key: str) -> None:
+    response, _, grown = send_big(admin_api, "/endpoints", admin_key, declared=False)
+    assert_refused(response, 413, "the body is over the limit of 4194304 bytes")
+    assert grown < 32 * MiB, f"the server grew by {grown / MiB:.0f} MiB"
+
+
+def test_the_messaging_server_limits_bodies_and_authenticates_first(messaging_api: str, admin_key: str) -> None:
+    response, _, grown = send_big(messaging_api, "/topics", None, declared=False)
+    assert_refused(response, 401, "no API key")
+    assert grown < 32 * MiB, f"the server grew by {grown / MiB:.0f} MiB"
+    response, _, _ = send_big(messaging_api, "/topics/hostile.big/events", admin_key, declared=False, size=2 * MiB)
+    assert_refused(response, 413, "the body is over the limit of 1048576 bytes")
+    response, _, _ = send_big(messaging_api, "/topics", admin_key, declared=True, size=2 * MiB)
+    assert_refused(response, 413, "the body is 2097152 bytes, over the limit of 1048576")
+
+
+def test_bodies_under_the_limit_still_work(admin) -> None:
+    size = 3 * MiB  # under the admin API's limit, over the messaging one's
+    rows = [{"key": f"k{n}", "data": {"pad": "x" * 300}} for n in range(size // 330)]
+    table = f"big_{next(_seq)}"
+    assert admin.post("/reference-tables", json={"name": table}).status_code == 201
+    put = admin.put(f"/reference-tables/{table}/rows", json=rows)
+    assert put.status_code == 200, put.text[:500]
