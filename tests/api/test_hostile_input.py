@@ -110,6 +110,8 @@ ROWS = [
               "tenants": ["t-a"], "filter": {"data.x": {"$in": ["x" * 1000] * 100}}}),
     Row("a 1 MB test event", "POST", "/endpoints/{endpoint}/test", 413, "bytes", who="customer",
         json={"data": {"blob": "x" * 1_000_000}}),
+    Row("a lone surrogate in a test event's data", "POST", "/endpoints/{endpoint}/test", 422, "lone surrogates",
+        who="customer", content=b'{"data": {"note": "\\ud800"}}', headers=JSON),
     Row("test events faster than the limit", "POST", "/endpoints/{endpoint}/test", 429, "test events",
         who="customer", json={"data": {"n": 1}}, before=10),
     # Leaks and gaps.
@@ -170,6 +172,43 @@ def test_hostile_input_is_refused_with_the_error_shape(row: Row, admin, world) -
     assert set(body) == {"error"} and set(body["error"]) == {"code", "message"}, body
     assert row.message in body["error"]["message"], body["error"]["message"]
 
+
+
+# The same for the messaging API, as an admin key, on a topic made for them.
+TOPIC = "hostile.messaging"
+
+
+def ce(**changes: Any) -> dict:
+    event = {"specversion": "1.0", "id": "h-1", "source": "/hostile", "type": "order.created", "tenantid": "t-a",
+             "data": {"n": 1}}
+    return event | changes
+
+
+MESSAGING_ROWS = [
+    Row("a cursor offset of 2^63", "GET",
+        f"/topics/{TOPIC}/events?cursor=" + cursor(f'{{"v":1,"t":"{TOPIC}","o":{{"0":{2**63}}}}}'),
+        422, "not a cursor this API returned"),
+    Row("a start before 1970", "GET", f"/topics/{TOPIC}/events?start=0001-01-01T00:00:00Z", 422, "before 1970"),
+    Row("a transaction id with a superscript digit", "GET", "/transactions/vm~%C2%B2~x", 422,
+        "not one this API returned"),
+]
+
+
+@pytest.fixture(scope="module")
+def messaging_admin(messaging_api: str, admin_key: str) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=messaging_api, headers={"Authorization": f"Bearer {admin_key}"}, timeout=60) as client:
+        created = client.post("/topics", json={"name": TOPIC, "partitions": 1})
+        assert created.status_code == 201, created.text
+        yield client
+
+
+@pytest.mark.parametrize("row", MESSAGING_ROWS, ids=[row.id for row in MESSAGING_ROWS])
+def test_hostile_input_to_the_messaging_api_is_refused(row: Row, messaging_admin: httpx.Client) -> None:
+    response = messaging_admin.request(row.method, row.path, json=row.json, headers=row.headers)
+    assert response.status_code == row.status, response.text[:500]
+    body = response.json()
+    assert set(body) == {"error"} and set(body["error"]) == {"code", "message"}, body
+    assert row.message in body["error"]["message"], body["error"]["message"]
 
 # Bodies over the request limit: the servers run in this process, so its resident memory is theirs.
 MiB = 1 << 20
