@@ -104,6 +104,17 @@ ROWS = [
         content=b'{"endpoint_id": "{endpoint}", "event_types": ["order.paid"], "tenant_scope": "tenants", '
                 b'"tenants": ["t-a"], "filter": ' + nested(900, b"$not") + b"}", headers=JSON),
     Row("unknown route", "GET", "/no-such-thing", 404, "no route"),
+    # Event types' JSON Schemas: invalid ones would fail every publish of the type.
+    Row("a schema whose type is a number", "POST", "/event-types", 422, "at type: 12 is not valid",
+        json={"name": "hostile.schema", "json_schema": {"type": 12}}),
+    Row("a schema whose type is no type", "POST", "/event-types", 422, "not a usable JSON Schema: at type",
+        json={"name": "hostile.schema", "json_schema": {"type": "nonsense"}}),
+    Row("a schema with a $ref to a URL", "POST", "/event-types", 422, "Wayline fetches no schema",
+        json={"name": "hostile.schema", "json_schema": {"$ref": "http://127.0.0.1:9/schema.json"}}),
+    Row("a pattern that needs backtracking", "POST", "/event-types", 422, "without backtracking",
+        json={"name": "hostile.schema", "json_schema": {"properties": {"s": {"pattern": "^(a)\\1$"}}}}),
+    Row("a schema updated to an invalid one", "PATCH", "/event-types/order.paid", 422, "not a usable JSON Schema",
+        json={"json_schema": {"type": 12}}),
     # Size limits.
     Row("a 100 kB content filter", "POST", "/subscriptions", 422, "bytes", who="customer",
         json={"endpoint_id": "{endpoint}", "event_types": ["order.paid"], "tenant_scope": "tenants",
@@ -209,6 +220,35 @@ def test_hostile_input_to_the_messaging_api_is_refused(row: Row, messaging_admin
     body = response.json()
     assert set(body) == {"error"} and set(body["error"]) == {"code", "message"}, body
     assert row.message in body["error"]["message"], body["error"]["message"]
+
+
+def test_a_schema_can_be_updated_and_no_pattern_holds_a_publish(admin, settings, database, admin_key) -> None:
+    from tests.api.servers import served
+    from tests.conftest import messaging_app
+
+    name = f"hostile.redos.{next(_seq)}"
+    assert admin.post("/event-types", json={"name": name}).status_code == 201
+    updated = admin.patch(f"/event-types/{name}", json={"json_schema": {
+        "type": "object", "properties": {"s": {"type": "string", "pattern": "^(a+)+$"}}}})
+    assert updated.status_code == 200, updated.text
+    assert admin.get(f"/event-types/{name}").json()["json_schema"]["properties"]["s"]["pattern"] == "^(a+)+$"
+    with served(messaging_app(settings, database, schema_cache_s=0)) as base, \
+            httpx.Client(base_url=base, headers={"Authorization": f"Bearer {admin_key}"}, timeout=60) as client:
+        topic = f"{TOPIC}.{next(_seq)}"
+        assert client.post("/topics", json={"name": topic, "partitions": 1}).status_code == 201
+
+        def publish(text: str) -> httpx.Response:
+            return client.post(f"/topics/{topic}/events", json=ce(type=name, data={"s": text}))
+
+        started = time.monotonic()
+        # A backtracking engine takes about 2^27 steps here; Python's re held the server for seconds.
+        refused = publish("a" * 27 + "!")
+        assert time.monotonic() - started < 2
+        assert refused.status_code == 422, refused.text
+        assert "does not match" in refused.json()["error"]["message"]
+        assert publish("a" * 27).status_code == 200
+        assert admin.patch(f"/event-types/{name}", json={"json_schema": None}).status_code == 200
+        assert publish("a" * 27 + "!").status_code == 200
 
 # Bodies over the request limit: the servers run in this process, so its resident memory is theirs.
 MiB = 1 << 20
