@@ -31,6 +31,8 @@ class Case:
 
 
 BAD_TIME = "time is not an RFC 3339 timestamp"
+BAD_ATTRIBUTE = "attribute(s) {}: a JSON object or array, or a control character"
+BAD_NAME = "attribute name {}: CloudEvents names are lower-case ASCII letters and digits"
 
 
 def bad_time(name: str, time: object) -> Case:
@@ -95,6 +97,25 @@ CASES = [
     Case("binary mode, data not json", b"plain text", "not_json", "the value is not valid JSON", headers=BINARY_HEADERS),
     Case("binary mode, no tenant", b"{}", "missing_tenant", "the tenantid extension attribute is missing",
          headers=BINARY_HEADERS[:4]),
+    # What CloudEvents forbids in attributes and their names.
+    Case("an object type", event(type={"name": "invoice.paid"}), "bad_attribute", BAD_ATTRIBUTE.format("type")),
+    Case("an array subject and an object extension", event(subject=["a"], subtenantid={}), "bad_attribute",
+         BAD_ATTRIBUTE.format("subject, subtenantid")),
+    Case("a CR/LF in tenantid", event(tenantid="t-1\r\nX-Injected: 1"), "bad_attribute", BAD_ATTRIBUTE.format("tenantid")),
+    Case("a control character in source", event(source="/billing\u0085"), "bad_attribute", BAD_ATTRIBUTE.format("source")),
+    Case("a type that is a string opening with a brace", event(type="{invoice}.paid"), None),
+    Case("binary mode, a LF in a header", b"{}", "bad_attribute", BAD_ATTRIBUTE.format("id"),
+         headers=(*BINARY_HEADERS[:1], ("ce_id", b"evt-b\n"), *BINARY_HEADERS[2:])),
+    Case("an upper-case extension name", event(tenantId="t-2"), "bad_name", BAD_NAME.format("tenantId")),
+    Case("an extension name with an underscore", event(trace_id="x"), "bad_name", BAD_NAME.format("trace_id")),
+    Case("lower-case extensions and upper-case data keys", event(traceparent="00-ab", data={"Amount": 1}), None),
+    Case("binary mode, an upper-case header name", b"{}", "bad_name", BAD_NAME.format("Partition"),
+         headers=(*BINARY_HEADERS, ("ce_Partition", b"1"))),
+    Case("data_base64 that is not base64", event(data=None, data_base64="not base64!"), "bad_data_base64",
+         "data_base64 is not base64"),
+    Case("data_base64 without its padding", event(data=None, data_base64="aGk"), "bad_data_base64",
+         "data_base64 is not base64"),
+    Case("data_base64", event(data=None, data_base64="aGk="), None),
 ]
 
 

@@ -18,6 +18,13 @@ Attribute values that are JSON numbers or booleans are read as their JSON text (
 ``time`` is an RFC 3339 ``date-time`` as :data:`TIME_PATTERN` states it, and a real
 instant (no 30 February, no hour 24); both parsers check the pattern itself, so neither
 parser's leniency (Spark casts ``"2025"``, Python ``"2025-01-01"``) decides.
+
+As CloudEvents requires, no attribute is a JSON object or array or holds a control
+character (a CR/LF ``tenantid`` would split a header), every attribute name is lower-case
+ASCII letters and digits (structured mode: every member but ``data`` and ``data_base64``;
+binary mode: what follows ``ce_``), and ``data_base64`` is base64. These rules are
+patterns too (:data:`CONTROL_PATTERN`, :data:`NAME_PATTERN`, :data:`BASE64_PATTERN`),
+written for both dialects.
 """
 
 from __future__ import annotations
@@ -50,6 +57,11 @@ TIME_PATTERN = (
     r"(?:[Zz]|[+-](?:(?:0[0-9]|1[0-7]):[0-5][0-9]|18:00))(?![\s\S])"
 )
 _TIME = re.compile(TIME_PATTERN)
+CONTROL_PATTERN = r"[\x00-\x1f\x7f-\x9f]"
+NAME_PATTERN = r"^[a-z0-9]+(?![\s\S])"
+BASE64_PATTERN = r"^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?(?![\s\S])"
+_CONTROL, _NAME, _BASE64 = re.compile(CONTROL_PATTERN), re.compile(NAME_PATTERN), re.compile(BASE64_PATTERN)
+DATA_MEMBERS = ("data", "data_base64")
 
 # Headers the quarantine adds to the untouched original record.
 REASON_HEADER = "wayline-quarantine-reason"
@@ -70,6 +82,9 @@ class Reason(StrEnum):
     BAD_SPECVERSION = "bad_specversion"
     MISSING_TENANT = "missing_tenant"
     BAD_TIME = "bad_time"
+    BAD_ATTRIBUTE = "bad_attribute"
+    BAD_NAME = "bad_name"
+    BAD_DATA_BASE64 = "bad_data_base64"
 
 
 def oversize_detail(size: int, limit: int) -> str:
@@ -80,6 +95,14 @@ def missing_detail(names: Sequence[str]) -> str:
     return "missing CloudEvents attribute(s): " + ", ".join(names)
 
 
+def attribute_detail(names: Sequence[str]) -> str:
+    return "attribute(s) " + ", ".join(names) + ": a JSON object or array, or a control character"
+
+
+def name_detail(name: str) -> str:
+    return f"attribute name {name}: CloudEvents names are lower-case ASCII letters and digits"
+
+
 DETAILS: Mapping[Reason, str] = {
     Reason.EMPTY: "the record has no value",
     Reason.NOT_JSON: "the value is not valid JSON",
@@ -87,6 +110,7 @@ DETAILS: Mapping[Reason, str] = {
     Reason.BAD_SPECVERSION: f"specversion must be {SPEC_VERSION}",
     Reason.MISSING_TENANT: f"the {TENANT} extension attribute is missing",
     Reason.BAD_TIME: "time is not an RFC 3339 timestamp",
+    Reason.BAD_DATA_BASE64: "data_base64 is not base64",
 }
 
 
@@ -134,9 +158,11 @@ def parse_record(
     }
     if "specversion" in binary:
         attributes: Mapping[str, Any] = binary
-        data = decoded
+        data, names, data_base64 = decoded, list(binary), None
     elif isinstance(decoded, dict):
         attributes, data = decoded, decoded.get("data")
+        names = [name for name in decoded if name not in DATA_MEMBERS]
+        data_base64 = _attribute_text(decoded.get("data_base64"))
     else:
         return Rejection(Reason.NOT_OBJECT, DETAILS[Reason.NOT_OBJECT])
 
@@ -153,6 +179,15 @@ def parse_record(
         time = parse_time(text["time"])
         if time is None:
             return Rejection(Reason.BAD_TIME, DETAILS[Reason.BAD_TIME])
+    bad = [name for name in ATTRIBUTES if isinstance(attributes.get(name), (dict, list))
+           or (text[name] is not None and _CONTROL.search(text[name]))]
+    if bad:
+        return Rejection(Reason.BAD_ATTRIBUTE, attribute_detail(bad))
+    misnamed = next((name for name in names if not _NAME.search(name)), None)
+    if misnamed is not None:
+        return Rejection(Reason.BAD_NAME, name_detail(misnamed))
+    if data_base64 is not None and not _BASE64.search(data_base64):
+        return Rejection(Reason.BAD_DATA_BASE64, DETAILS[Reason.BAD_DATA_BASE64])
     return Envelope(
         id=str(text["id"]),
         source=str(text["source"]),
@@ -211,10 +246,14 @@ def to_structured(envelope: Envelope) -> bytes:
 
 __all__ = [
     "ATTRIBUTES",
+    "BASE64_PATTERN",
     "BINARY_PREFIX",
+    "CONTROL_PATTERN",
+    "DATA_MEMBERS",
     "DETAILS",
     "DETAIL_HEADER",
     "Envelope",
+    "NAME_PATTERN",
     "OPTIONAL_ATTRIBUTES",
     "REASON_HEADER",
     "REQUIRED_ATTRIBUTES",
@@ -229,7 +268,9 @@ __all__ = [
     "TENANT",
     "TIME_PATTERN",
     "TRUNCATED_HEADER",
+    "attribute_detail",
     "missing_detail",
+    "name_detail",
     "oversize_detail",
     "parse_record",
     "parse_time",
