@@ -285,6 +285,12 @@ class RulesSettings(_Section):
     control_topic: str = Field(
         default="wayline.rules.control", description="compacted topic of rule definitions, keyed by rule name"
     )
+    control_max_poll_interval_s: float = Field(
+        default=300.0, ge=6,
+        description="the control topic's consumer leaves its group when not polled this long (librdkafka's "
+                    "max.poll.interval.ms; its session timeout is at most this, and at least the broker's 6 s): "
+                    "the job polls it at least three times as often, idle or not",
+    )
     version_poll_s: float = Field(
         default=1.0, gt=0,
         description="the rules version, and the versions of the reference tables join rules read, are read at most "
