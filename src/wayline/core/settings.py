@@ -106,6 +106,11 @@ class SparkSettings(_Section):
 
 class EnvelopeSettings(_Section):
     max_bytes: int = Field(default=1024, gt=0, description="larger Kafka values are quarantined")
+    max_future_skew_s: float = Field(
+        default=300.0, gt=0,
+        description="an event whose time is further than this ahead of the clock is quarantined (future_time), and "
+                    "refused by the messaging API: it would move every watermark past every later event",
+    )
 
 
 class RegistrySettings(_Section):
