@@ -137,6 +137,8 @@ ROWS = [
                               "tenant_scope": "tenants", "tenants": ["no-such-tenant"]}),
     Row("a key with both ' and \" in a rule's data path", "POST", "/rules", 422, "both",
         json=rule("SELECT * FROM events WHERE data.\"it's \"\"x\"\"\" = 'y'")),
+    Row("a Spark variable reference in a rule", "POST", "/rules", 422, "${",
+        json=rule("SELECT '${env:WAYLINE_STATE_DIR}' AS x FROM events")),
     Row("output to the quarantine topic", "POST", "/rules", 422, "Wayline's own",
         json=rule("SELECT * FROM events", "wayline.quarantine")),
     Row("output to the rules control topic", "POST", "/rules", 422, "Wayline's own",

@@ -103,6 +103,19 @@ def test_bad_rules_are_rejected_with_a_message_that_points_at_the_problem(sql: s
     assert message in str(caught.value)
 
 
+@pytest.mark.parametrize("sql", [
+    "SELECT '${env:WAYLINE_STATE_DIR}' AS x FROM events",
+    "SELECT id FROM events WHERE data.path = '${system:user.home}'",
+    "SELECT tenantid, COUNT(*) AS n FROM events WHERE source <> '${spark.app.name}' "
+    "GROUP BY tenantid, window(event_time, '1 minute')",
+    """SELECT * FROM events MATCH_RECOGNIZE (PARTITION BY tenantid ORDER BY event_time MEASURES A.id AS a
+       PATTERN (A) WITHIN INTERVAL '1' MINUTE DEFINE A AS A.type = '${env:HOME}')""",
+])
+def test_variable_references_are_refused_wherever_they_are(sql: str) -> None:
+    with pytest.raises(RejectedInput, match=r"\$\{"):
+        compile_rule(sql)
+
+
 def test_a_partition_key_that_disagrees_with_the_sql_is_rejected() -> None:
     with pytest.raises(RejectedInput, match=r"partition_key: tenantid differs from the key the SQL states \(data.user\)"):
         compile_rule(LOGINS, (("tenantid",),))

@@ -106,6 +106,11 @@ class SparkSettings(_Section):
 
 class EnvelopeSettings(_Section):
     max_bytes: int = Field(default=1024, gt=0, description="larger Kafka values are quarantined")
+    max_future_skew_s: float = Field(
+        default=300.0, gt=0,
+        description="an event whose time is further than this ahead of the clock is quarantined (future_time), and "
+                    "refused by the messaging API: it would move every watermark past every later event",
+    )
 
 
 class RegistrySettings(_Section):
@@ -293,6 +298,12 @@ class DeliverySettings(_Section):
 class RulesSettings(_Section):
     control_topic: str = Field(
         default="wayline.rules.control", description="compacted topic of rule definitions, keyed by rule name"
+    )
+    control_max_poll_interval_s: float = Field(
+        default=300.0, ge=6,
+        description="the control topic's consumer leaves its group when not polled this long (librdkafka's "
+                    "max.poll.interval.ms; its session timeout is at most this, and at least the broker's 6 s): "
+                    "the job polls it at least three times as often, idle or not",
     )
     version_poll_s: float = Field(
         default=1.0, gt=0,

@@ -151,7 +151,7 @@ def start_join(spark: SparkSession, settings: Settings, rule: ActiveRule, checkp
     spec = rule.compiled.join
     assert spec is not None
     events = valid_events(parse_events(read_kafka(spark, settings, starting_offsets=settings.rules.join_starting_offsets),
-                                       max_bytes=settings.envelope.max_bytes))
+                                       settings.envelope))
     events = events.where(~F.startswith(F.col("source"), F.lit(OUTPUT_SOURCE_PREFIX)))
     writer_name = f"wayline-join-{rule.name}"
     trigger = f"{int(settings.rules.trigger_interval_s * 1000)} milliseconds"

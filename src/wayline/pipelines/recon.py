@@ -284,7 +284,7 @@ def _frame(rows: list[tuple[Any, ...]]) -> pd.DataFrame:
 
 def recon_stream(spark: SparkSession, settings: Settings, specs: Sequence[ReconSpec]) -> DataFrame:
     raw = read_kafka(spark, settings, topics_pattern(specs))
-    events = valid_events(parse_events(raw, max_bytes=settings.envelope.max_bytes))
+    events = valid_events(parse_events(raw, settings.envelope))
     routed = routed_records(events, specs, settings.recon.heartbeat_type, settings.recon.buckets)
     packed = routed.mapInArrow(packing.pack, PACKED_SCHEMA)
     return packed.groupBy("recon_id", "bucket").transformWithStateInPandas(

@@ -54,6 +54,7 @@ from wayline.rules.window import WindowSpec, compile_window
 if TYPE_CHECKING:
     from wayline.rules.join import JoinSpec
 
+VARIABLE_REFERENCE = "${"
 # The stream every rule reads: the parsed envelope (see wayline.pipelines.envelope).
 EVENT_COLUMNS = (
     "id", "source", "type", "specversion", "subject", "time", "datacontenttype", "dataschema",
@@ -160,6 +161,13 @@ def compile_rule(sql: str, partition_key: tuple[ColumnPath, ...] | None = None) 
 def _compile(sql: str, partition_key: tuple[ColumnPath, ...] | None) -> CompiledRule:
     if not sql.strip():
         raise RejectedInput("sql: the rule is empty")
+    if VARIABLE_REFERENCE in sql:
+        # Spark reads ${env:…}, ${system:…} and ${spark.…} as variables even inside string
+        # literals; the job's session turns that off, and the text is refused all the same.
+        before = sql[:sql.index(VARIABLE_REFERENCE)]
+        line, column = before.count("\n") + 1, len(before) - before.rfind("\n")
+        raise RejectedInput(f"sql: '{VARIABLE_REFERENCE}' (line {line}, column {column}) is not allowed in a rule: "
+                            "Spark reads it as a variable reference")
     if _mentions_match_recognize(sql):
         rule = _pattern_rule(sql)
     else:
