@@ -4,10 +4,7 @@ The rules are those of `wayline.core.envelope` (its docstring is the reference);
 module states them as JVM expressions so no row ever crosses into Python. The JSON is
 parsed once, with `from_json` and a fixed schema whose `data` field is a VARIANT, so
 rules and filters can read any `data.*` path without a per-type schema. The slower
-checks (`try_parse_json`, `schema_of_variant`) run only for rows already known to be bad,
-or whose attribute opens like a JSON object or array. One check reads every value again:
-attribute names, which `from_json` drops, come from `json_object_keys`, a scan that skips
-over member values without building them.
+checks (`try_parse_json`, `schema_of_variant`) run only for rows already known to be bad.
 """
 
 from __future__ import annotations
@@ -19,14 +16,9 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from wayline.core.envelope import (
-    ATTRIBUTES,
-    BASE64_PATTERN,
     BINARY_PREFIX,
-    CONTROL_PATTERN,
-    DATA_MEMBERS,
     DETAIL_HEADER,
     DETAILS,
-    NAME_PATTERN,
     REASON_HEADER,
     REQUIRED_ATTRIBUTES,
     SOURCE_OFFSET_HEADER,
@@ -38,16 +30,14 @@ from wayline.core.envelope import (
     TIME_PATTERN,
     TRUNCATED_HEADER,
     Reason,
-    attribute_detail,
     missing_detail,
-    name_detail,
     oversize_detail,
 )
 
 _STRING_ATTRIBUTES = REQUIRED_ATTRIBUTES + (
     "subject", "time", "datacontenttype", "dataschema", TENANT, SUBTENANT,
 )
-ENVELOPE_SCHEMA = "struct<{}, data_base64:string, data:variant>".format(
+ENVELOPE_SCHEMA = "struct<{}, data:variant>".format(
     ", ".join(f"{name}:string" for name in _STRING_ATTRIBUTES)
 )
 ENVELOPE_COLUMNS = (
@@ -62,14 +52,7 @@ def _header(name: str) -> Column:
     return F.try_element_at(matching, F.lit(1))["value"].cast("string")
 
 
-def _around(column: Column, template: str) -> Column:
-    """``template`` (a detail built around the text ``\x00``) with ``column`` in its place."""
-    before, after = template.split("\x00")
-    return F.concat(F.lit(before), column, F.lit(after))
-
-
-def _detail_of(reason: Column, size: Column, missing_names: Column, bad_attributes: Column, bad_name: Column,
-               max_bytes: int) -> Column:
+def _detail_of(reason: Column, size: Column, missing_names: Column, max_bytes: int) -> Column:
     # Same texts as wayline.core.envelope builds; the parity test compares them.
     oversize_prefix, oversize_rest = oversize_detail(0, max_bytes).split("0", 1)
     detail = F.when(
@@ -78,10 +61,6 @@ def _detail_of(reason: Column, size: Column, missing_names: Column, bad_attribut
     ).when(
         reason == Reason.MISSING_ATTRIBUTE.value,
         F.concat(F.lit(missing_detail([])), missing_names),
-    ).when(
-        reason == Reason.BAD_ATTRIBUTE.value, _around(bad_attributes, attribute_detail(["\x00"])),
-    ).when(
-        reason == Reason.BAD_NAME.value, _around(bad_name, name_detail("\x00")),
     )
     for fixed, text in DETAILS.items():
         detail = detail.when(reason == fixed.value, F.lit(text))
@@ -124,12 +103,11 @@ def _parse_steps(max_bytes: int) -> tuple[Callable[[DataFrame], DataFrame], ...]
         F.array(F.when(size.between(1, max_bytes), F.from_json(text, ENVELOPE_SCHEMA))).alias("_parsed"),
     ]
     unpacked = [*KAFKA_COLUMNS, "_size", "_binary", F.inline_outer("_parsed")]
-    renamed = {name: f"_json_{name}" for name in (*_STRING_ATTRIBUTES, *DATA_MEMBERS)}
+    renamed = {name: f"_json_{name}" for name in (*_STRING_ATTRIBUTES, "data")}
     with_attributes = [
         *KAFKA_COLUMNS, "_size", "_binary",
         *(attribute(name).alias(name) for name in _STRING_ATTRIBUTES),
         F.when(binary & (F.col("_size") > 0), F.try_parse_json(text)).otherwise(F.col("_json_data")).alias("data"),
-        F.when(~binary, F.col("_json_data_base64")).alias("_data_base64"),
     ]
     missing_names = F.concat_ws(
         ", ", *(F.when(F.col(name).isNull(), F.lit(name)) for name in REQUIRED_ATTRIBUTES)
@@ -140,23 +118,6 @@ def _parse_steps(max_bytes: int) -> tuple[Callable[[DataFrame], DataFrame], ...]
     reparsed = F.try_parse_json(text)
     # Only a time matching the reference's pattern is cast: Spark's cast alone takes "2025".
     event_time = F.when(F.col("time").rlike(TIME_PATTERN), F.upper("time").try_cast("timestamp"))
-
-    def unusable(name: str) -> Column:
-        # from_json reads an object or array member as its JSON text: only text that opens like
-        # one is parsed again (a string may open with a brace too).
-        opens = F.startswith(F.col(name), F.lit("{")) | F.startswith(F.col(name), F.lit("["))
-        shape = F.schema_of_variant(F.try_variant_get(reparsed, f"$.{name}", "variant"))
-        nested = ~binary & opens & (F.startswith(shape, F.lit("OBJECT")) | F.startswith(shape, F.lit("ARRAY")))
-        return F.coalesce(nested | F.col(name).rlike(CONTROL_PATTERN), F.lit(False))
-
-    bad_attributes = F.concat_ws(", ", *(F.when(unusable(name), F.lit(name)) for name in ATTRIBUTES))
-    header_names = F.transform(
-        F.filter("headers", lambda h: F.startswith(h["key"], F.lit(BINARY_PREFIX))),
-        lambda h: h["key"].substr(F.lit(len(BINARY_PREFIX) + 1), F.length(h["key"])),
-    )
-    member_names = F.filter(F.json_object_keys(text), lambda name: ~name.isin(*DATA_MEMBERS))
-    names = F.when(binary, header_names).when(F.col("_size").between(1, max_bytes), member_names)
-    bad_name = F.try_element_at(F.filter(names, lambda name: ~name.rlike(NAME_PATTERN)), F.lit(1))
     reason = (
         F.when(F.col("_size") == 0, F.lit(Reason.EMPTY.value))
         .when(F.col("_size") > max_bytes, F.lit(Reason.OVERSIZE.value))
@@ -170,12 +131,7 @@ def _parse_steps(max_bytes: int) -> tuple[Callable[[DataFrame], DataFrame], ...]
         .when(F.col("specversion") != F.lit(SPEC_VERSION), F.lit(Reason.BAD_SPECVERSION.value))
         .when(F.col(TENANT).isNull(), F.lit(Reason.MISSING_TENANT.value))
         .when(F.col("time").isNotNull() & event_time.isNull(), F.lit(Reason.BAD_TIME.value))
-        .when(F.col("_bad_attributes") != F.lit(""), F.lit(Reason.BAD_ATTRIBUTE.value))
-        .when(F.col("_bad_name").isNotNull(), F.lit(Reason.BAD_NAME.value))
-        .when(~F.col("_data_base64").rlike(BASE64_PATTERN), F.lit(Reason.BAD_DATA_BASE64.value))
     )
-    # Computed once, before the verdict reads them: each parses the value again.
-    shaped = ["*", bad_attributes.alias("_bad_attributes"), bad_name.alias("_bad_name")]
     checked = [
         *KAFKA_COLUMNS,
         *(name for name in _STRING_ATTRIBUTES if name != "time"),
@@ -185,18 +141,14 @@ def _parse_steps(max_bytes: int) -> tuple[Callable[[DataFrame], DataFrame], ...]
         reason.alias("reason"),
         "_size",
         missing_names.alias("_missing"),
-        "_bad_attributes",
-        "_bad_name",
     ]
-    detail = _detail_of(F.col("reason"), F.col("_size"), F.col("_missing"), F.col("_bad_attributes"),
-                        F.col("_bad_name"), max_bytes)
+    detailed = ["*", _detail_of(F.col("reason"), F.col("_size"), F.col("_missing"), max_bytes).alias("detail")]
     return (
         lambda frame: frame.select(*staged),
         lambda frame: frame.select(*unpacked).withColumnsRenamed(renamed),
         lambda frame: frame.select(*with_attributes),
-        lambda frame: frame.select(*shaped),
         lambda frame: frame.select(*checked),
-        lambda frame: frame.select("*", detail.alias("detail")).drop("_size", "_missing", "_bad_attributes", "_bad_name"),
+        lambda frame: frame.select(*detailed).drop("_size", "_missing"),
     )
 
 
