@@ -117,7 +117,12 @@ CASES = [
     Case("binary mode, data not json", b"plain text", "not_json", "the value is not valid JSON", headers=BINARY_HEADERS),
     Case("binary mode, no tenant", b"{}", "missing_tenant", "the tenantid extension attribute is missing",
          headers=BINARY_HEADERS[:4]),
-    # What CloudEvents forbids in attributes and their names.
+]
+
+# What CloudEvents forbids in attributes and their names: the reference parser (and so
+# publishing) refuses it; the Spark parser does not state these rules yet (see
+# wayline.core.envelope), so only tests/core/test_envelope.py holds a parser to them.
+ATTRIBUTE_CASES = [
     Case("an object type", event(type={"name": "invoice.paid"}), "bad_attribute", BAD_ATTRIBUTE.format("type")),
     Case("an array subject and an object extension", event(subject=["a"], subtenantid={}), "bad_attribute",
          BAD_ATTRIBUTE.format("subject, subtenantid")),

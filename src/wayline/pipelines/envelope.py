@@ -4,10 +4,7 @@ The rules are those of `wayline.core.envelope` (its docstring is the reference);
 module states them as JVM expressions so no row ever crosses into Python. The JSON is
 parsed once, with `from_json` and a fixed schema whose `data` field is a VARIANT, so
 rules and filters can read any `data.*` path without a per-type schema. The slower
-checks (`try_parse_json`, `schema_of_variant`) run only for rows already known to be bad,
-or whose attribute opens like a JSON object or array. One check reads every value again:
-attribute names, which `from_json` drops, come from `json_object_keys`, a scan that skips
-over member values without building them.
+checks (`try_parse_json`, `schema_of_variant`) run only for rows already known to be bad.
 
 The clock an event's time is bounded by (``envelope.max_future_skew_s``) is
 ``current_timestamp()``: in a streaming plan, the micro-batch's own timestamp, kept in its
@@ -24,16 +21,11 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from wayline.core.envelope import (
-    ATTRIBUTES,
-    BASE64_PATTERN,
     BINARY_PREFIX,
-    CONTROL_PATTERN,
-    DATA_MEMBERS,
     DETAIL_HEADER,
     DETAILS,
     EARLIEST_TIME,
     LATEST_TIME,
-    NAME_PATTERN,
     REASON_HEADER,
     REQUIRED_ATTRIBUTES,
     SOURCE_OFFSET_HEADER,
@@ -45,10 +37,8 @@ from wayline.core.envelope import (
     TIME_PATTERN,
     TRUNCATED_HEADER,
     Reason,
-    attribute_detail,
     future_detail,
     missing_detail,
-    name_detail,
     oversize_detail,
 )
 from wayline.core.settings import EnvelopeSettings
@@ -56,7 +46,7 @@ from wayline.core.settings import EnvelopeSettings
 _STRING_ATTRIBUTES = REQUIRED_ATTRIBUTES + (
     "subject", "time", "datacontenttype", "dataschema", TENANT, SUBTENANT,
 )
-ENVELOPE_SCHEMA = "struct<{}, data_base64:string, data:variant>".format(
+ENVELOPE_SCHEMA = "struct<{}, data:variant>".format(
     ", ".join(f"{name}:string" for name in _STRING_ATTRIBUTES)
 )
 ENVELOPE_COLUMNS = (
@@ -71,14 +61,8 @@ def _header(name: str) -> Column:
     return F.try_element_at(matching, F.lit(1))["value"].cast("string")
 
 
-def _around(column: Column, template: str) -> Column:
-    """``template`` (a detail built around the text ``\x00``) with ``column`` in its place."""
-    before, after = template.split("\x00")
-    return F.concat(F.lit(before), column, F.lit(after))
-
-
-def _detail_of(reason: Column, size: Column, missing_names: Column, bad_attributes: Column, bad_name: Column,
-               max_bytes: int, max_future_skew_s: float) -> Column:
+def _detail_of(reason: Column, size: Column, missing_names: Column, max_bytes: int,
+               max_future_skew_s: float) -> Column:
     # Same texts as wayline.core.envelope builds; the parity test compares them.
     oversize_prefix, oversize_rest = oversize_detail(0, max_bytes).split("0", 1)
     detail = F.when(
@@ -87,11 +71,7 @@ def _detail_of(reason: Column, size: Column, missing_names: Column, bad_attribut
     ).when(
         reason == Reason.MISSING_ATTRIBUTE.value,
         F.concat(F.lit(missing_detail([])), missing_names),
-    ).when(reason == Reason.FUTURE_TIME.value, F.lit(future_detail(max_future_skew_s))).when(
-        reason == Reason.BAD_ATTRIBUTE.value, _around(bad_attributes, attribute_detail(["\x00"])),
-    ).when(
-        reason == Reason.BAD_NAME.value, _around(bad_name, name_detail("\x00")),
-    )
+    ).when(reason == Reason.FUTURE_TIME.value, F.lit(future_detail(max_future_skew_s)))
     for fixed, text in DETAILS.items():
         detail = detail.when(reason == fixed.value, F.lit(text))
     return detail
@@ -133,12 +113,11 @@ def _parse_steps(max_bytes: int, max_future_skew_s: float) -> tuple[Callable[[Da
         F.array(F.when(size.between(1, max_bytes), F.from_json(text, ENVELOPE_SCHEMA))).alias("_parsed"),
     ]
     unpacked = [*KAFKA_COLUMNS, "_size", "_binary", F.inline_outer("_parsed")]
-    renamed = {name: f"_json_{name}" for name in (*_STRING_ATTRIBUTES, *DATA_MEMBERS)}
+    renamed = {name: f"_json_{name}" for name in (*_STRING_ATTRIBUTES, "data")}
     with_attributes = [
         *KAFKA_COLUMNS, "_size", "_binary",
         *(attribute(name).alias(name) for name in _STRING_ATTRIBUTES),
         F.when(binary & (F.col("_size") > 0), F.try_parse_json(text)).otherwise(F.col("_json_data")).alias("data"),
-        F.when(~binary, F.col("_json_data_base64")).alias("_data_base64"),
     ]
     missing_names = F.concat_ws(
         ", ", *(F.when(F.col(name).isNull(), F.lit(name)) for name in REQUIRED_ATTRIBUTES)
@@ -155,23 +134,6 @@ def _parse_steps(max_bytes: int, max_future_skew_s: float) -> tuple[Callable[[Da
     ahead = F.unix_micros(F.col("event_time")) - F.unix_micros(F.current_timestamp())
     bad_header = F.exists("headers", lambda h: F.startswith(h["key"], F.lit(BINARY_PREFIX))
                           & ~F.is_valid_utf8(h["value"].cast("string")))
-
-    def unusable(name: str) -> Column:
-        # from_json reads an object or array member as its JSON text: only text that opens like
-        # one is parsed again (a string may open with a brace too).
-        opens = F.startswith(F.col(name), F.lit("{")) | F.startswith(F.col(name), F.lit("["))
-        shape = F.schema_of_variant(F.try_variant_get(reparsed, f"$.{name}", "variant"))
-        nested = ~binary & opens & (F.startswith(shape, F.lit("OBJECT")) | F.startswith(shape, F.lit("ARRAY")))
-        return F.coalesce(nested | F.col(name).rlike(CONTROL_PATTERN), F.lit(False))
-
-    bad_attributes = F.concat_ws(", ", *(F.when(unusable(name), F.lit(name)) for name in ATTRIBUTES))
-    header_names = F.transform(
-        F.filter("headers", lambda h: F.startswith(h["key"], F.lit(BINARY_PREFIX))),
-        lambda h: h["key"].substr(F.lit(len(BINARY_PREFIX) + 1), F.length(h["key"])),
-    )
-    member_names = F.filter(F.json_object_keys(text), lambda name: ~name.isin(*DATA_MEMBERS))
-    names = F.when(binary, header_names).when(F.col("_size").between(1, max_bytes), member_names)
-    bad_name = F.try_element_at(F.filter(names, lambda name: ~name.rlike(NAME_PATTERN)), F.lit(1))
     reason = (
         F.when(F.col("_size") == 0, F.lit(Reason.EMPTY.value))
         .when(F.col("_size") > max_bytes, F.lit(Reason.OVERSIZE.value))
@@ -187,16 +149,10 @@ def _parse_steps(max_bytes: int, max_future_skew_s: float) -> tuple[Callable[[Da
         .when(F.col(TENANT).isNull(), F.lit(Reason.MISSING_TENANT.value))
         .when(F.col("time").isNotNull() & F.col("_time").isNull(), F.lit(Reason.BAD_TIME.value))
         .when(ahead > F.lit(round(max_future_skew_s * 1_000_000)), F.lit(Reason.FUTURE_TIME.value))
-        .when(F.col("_bad_attributes") != F.lit(""), F.lit(Reason.BAD_ATTRIBUTE.value))
-        .when(F.col("_bad_name").isNotNull(), F.lit(Reason.BAD_NAME.value))
-        .when(~F.col("_data_base64").rlike(BASE64_PATTERN), F.lit(Reason.BAD_DATA_BASE64.value))
     )
-    # The time once, and the shape checks once, before the verdict reads them: each shape
-    # check parses the value again.
     timed = [
-        *KAFKA_COLUMNS, *_STRING_ATTRIBUTES, "data", "_data_base64", "_size", "_binary",
+        *KAFKA_COLUMNS, *_STRING_ATTRIBUTES, "data", "_size", "_binary",
         event_time.alias("_time"), F.coalesce(event_time, F.col("timestamp")).alias("event_time"),
-        bad_attributes.alias("_bad_attributes"), bad_name.alias("_bad_name"),
     ]
     checked = [
         *KAFKA_COLUMNS,
@@ -207,18 +163,15 @@ def _parse_steps(max_bytes: int, max_future_skew_s: float) -> tuple[Callable[[Da
         reason.alias("reason"),
         "_size",
         missing_names.alias("_missing"),
-        "_bad_attributes",
-        "_bad_name",
     ]
-    detail = _detail_of(F.col("reason"), F.col("_size"), F.col("_missing"), F.col("_bad_attributes"),
-                        F.col("_bad_name"), max_bytes, max_future_skew_s)
+    detail = _detail_of(F.col("reason"), F.col("_size"), F.col("_missing"), max_bytes, max_future_skew_s)
     return (
         lambda frame: frame.select(*staged),
         lambda frame: frame.select(*unpacked).withColumnsRenamed(renamed),
         lambda frame: frame.select(*with_attributes),
         lambda frame: frame.select(*timed),
         lambda frame: frame.select(*checked),
-        lambda frame: frame.select("*", detail.alias("detail")).drop("_size", "_missing", "_bad_attributes", "_bad_name"),
+        lambda frame: frame.select("*", detail.alias("detail")).drop("_size", "_missing"),
     )
 
 
