@@ -137,11 +137,19 @@ def clause(text: str) -> str:
     ("measures=A.v, B.v AS y", "MEASURES A.v: a measure needs a name (AS name)"),
     ("measures=A.v AS x, B.v AS x", "MEASURES x: the name is already taken by another output column"),
     ("measures=NEXT(A.v) AS x", "MEASURES x: NEXT() reads rows after the current one"),
-    ("measures=UPPER(A.name) AS x", "MEASURES x: function UPPER() is not supported (line 3, column"),
+    ("measures=REVERSE(A.name) AS x", "MEASURES x: function REVERSE() is not supported (line 3, column"),
+    # Named as written: the parser reads TIMESTAMPDIFF and DATEDIFF as one function.
+    ("define=A AS TIMESTAMPDIFF(MONTH, A.t, A.u) > 1", "DEFINE A: TIMESTAMPDIFF(MONTH, ...) is not supported; the "
+                                                      "unit is one of MICROSECOND, MILLISECOND, SECOND, MINUTE, HOUR, "
+                                                      "DAY, WEEK (months and years have no fixed length)"),
+    ("define=A AS DATEDIFF(SECOND, A.t, A.u) > 1", "DEFINE A: function DATEDIFF() is not supported (line 8, column 15)"),
+    ("define=A AS CAST(A.v AS DATE) IS NULL", "DEFINE A: CAST(A.v AS DATE) is not supported; cast to DOUBLE, BIGINT"),
+    ("define=A AS MATCH_ROWTIME() > A.t", "DEFINE A: MATCH_ROWTIME() is only supported in MEASURES"),
     ("rows=ALL ROWS PER MATCH", "ALL ROWS PER MATCH is not supported; use ONE ROW PER MATCH"),
-    ("order=ORDER BY t DESC", "MATCH_RECOGNIZE needs ORDER BY exactly one event-time column, ascending"),
-    ("order=ORDER BY t, id", "MATCH_RECOGNIZE needs ORDER BY exactly one event-time column, ascending"),
-    ("order=", "MATCH_RECOGNIZE needs ORDER BY exactly one event-time column, ascending"),
+    ("order=ORDER BY t DESC", "MATCH_RECOGNIZE needs ORDER BY the event-time column, ascending"),
+    ("order=ORDER BY t, id DESC", "ORDER BY id DESC: the columns after the event-time column order rows of one "
+                                  "time, ascending; DESC is not supported (line 2, column 15)"),
+    ("order=", "MATCH_RECOGNIZE needs ORDER BY the event-time column, ascending"),
     ("skip=TO FIRST A", "AFTER MATCH SKIP TO FIRST A: that row may be the match's first row"),
     ("skip=TO LAST A", "AFTER MATCH SKIP TO LAST A: that row may be the match's first row"),
     ("skip=TO FIRST X", "AFTER MATCH SKIP TO FIRST X: X does not appear in the PATTERN"),
@@ -207,3 +215,9 @@ def test_a_bare_name_is_a_column_even_when_a_variable_has_that_name() -> None:
 def test_within_inside_a_string_is_left_alone() -> None:
     spec = parse_match_recognize(rule("A", "A AS note = ') WITHIN '"))
     assert spec.within is None
+
+
+def test_order_by_may_go_on_after_the_event_time_column() -> None:
+    spec = parse_match_recognize(clause("order=ORDER BY t, data.seq, id NULLS FIRST"))
+    assert (spec.order_by, spec.then_by) == (("t",), ((("data", "seq"), False), (("id",), True)))
+    assert {("data", "seq"), ("id",)} <= spec.columns

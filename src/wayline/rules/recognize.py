@@ -5,7 +5,7 @@ The accepted shape is the Flink SQL subset and a little more::
     SELECT <* | partition columns and measures>
     FROM events MATCH_RECOGNIZE (
       [PARTITION BY col, ...]
-      ORDER BY <event-time column>
+      ORDER BY <event-time column> [, col [NULLS FIRST | NULLS LAST], ...]
       [MEASURES expr AS name, ...]
       [ONE ROW PER MATCH]
       [AFTER MATCH SKIP PAST LAST ROW | TO NEXT ROW | TO FIRST v | TO LAST v]
@@ -48,6 +48,8 @@ from wayline.rules.expression import (
     compile_defines,
     compile_measure,
     interval,
+    located,
+    mark_written_names,
     parse_statements,
 )
 from wayline.rules.pattern import Pattern, parse_pattern, variables
@@ -96,6 +98,9 @@ class PatternSpec:
     select: tuple[OutputColumn, ...]
     conditions: Conditions = field(compare=False, repr=False)
     automaton: Automaton = field(compare=False, repr=False)
+    # ORDER BY's columns after the event-time column, ascending, each with whether NULLs
+    # come first: they order the rows of one event time.
+    then_by: tuple[tuple[ColumnPath, bool], ...] = ()
 
     @property
     def variables(self) -> tuple[str, ...]:
@@ -104,8 +109,14 @@ class PatternSpec:
     @property
     def columns(self) -> frozenset[ColumnPath]:
         """Every column path the rule reads, for checking against the event schema."""
-        return frozenset({*self.partition_by, self.order_by, *self.conditions.columns,
+        return frozenset({*self.partition_by, self.order_by, *(path for path, _ in self.then_by),
+                          *self.conditions.columns,
                           *(path for measure in self.measures for path in measure.columns)})
+
+    @property
+    def numbers_matches(self) -> bool:
+        """Whether a measure reads MATCH_NUMBER(), so each key's count of matches is kept."""
+        return any(measure.numbered for measure in self.measures)
 
     @property
     def lookback(self) -> int:
@@ -128,6 +139,7 @@ def parse_match_recognize(sql: str) -> PatternSpec:
     """Read a pattern rule, or raise ``RejectedInput`` saying what is wrong and where."""
     text, within = _take_within(sql)
     statement = _parse(text)
+    mark_written_names(statement, text)
     match = statement.args.get("match")
     if not isinstance(match, exp.MatchRecognize):
         raise RejectedInput(f"a pattern rule is SELECT ... FROM {SOURCE} MATCH_RECOGNIZE (...)")
@@ -140,7 +152,7 @@ def parse_match_recognize(sql: str) -> PatternSpec:
     names = variables(pattern)
 
     partition_by = tuple(_column_path(node, "PARTITION BY") for node in match.args.get("partition_by") or [])
-    order_by = _order_by(match.args.get("order"))
+    order_by, then_by = _order_by(match.args.get("order"))
     _check_rows_per_match(match.args.get("rows"))
     skip = _skip(match.args.get("after"))
 
@@ -162,6 +174,7 @@ def parse_match_recognize(sql: str) -> PatternSpec:
         select=_select(statement, match, partition_by, measures),
         conditions=conditions,
         automaton=automaton,
+        then_by=then_by,
     )
 
 
@@ -264,11 +277,20 @@ def _column_path(node: exp.Expression, clause: str) -> ColumnPath:
     return tuple(part.name for part in node.parts) + tuple(parts)
 
 
-def _order_by(order: exp.Order | None) -> ColumnPath:
+def _order_by(order: exp.Order | None) -> tuple[ColumnPath, tuple[tuple[ColumnPath, bool], ...]]:
+    """The event-time column, and the columns that order the rows of one time."""
     keys = order.expressions if order else []
-    if len(keys) != 1 or keys[0].args.get("desc"):
-        raise RejectedInput("MATCH_RECOGNIZE needs ORDER BY exactly one event-time column, ascending")
-    return _column_path(keys[0].this, "ORDER BY")
+    if not keys or keys[0].args.get("desc"):
+        raise RejectedInput(
+            "MATCH_RECOGNIZE needs ORDER BY the event-time column, ascending (then more columns, ascending, "
+            "to order rows of one time)"
+        )
+    for key in keys[1:]:
+        if key.args.get("desc"):
+            raise RejectedInput(f"ORDER BY {key.sql(dialect=DIALECT)}: the columns after the event-time column "
+                                f"order rows of one time, ascending; DESC is not supported{located(key)}")
+    then_by = tuple((_column_path(key.this, "ORDER BY"), bool(key.args.get("nulls_first"))) for key in keys[1:])
+    return _column_path(keys[0].this, "ORDER BY"), then_by
 
 
 def _check_rows_per_match(rows: exp.Expression | None) -> None:
