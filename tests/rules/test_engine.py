@@ -377,3 +377,14 @@ def test_a_rule_without_match_number_keeps_nothing_once_its_matches_are_out() ->
                                              "data": {"k": "a"}})]
     assert len(evaluator.process(rows_, None).emitted + evaluator.process([], at(30)).emitted) == 1
     assert "rule_plain@1" not in evaluator.snapshot().rules
+
+
+def test_a_where_around_match_recognize_drops_matches_after_matching() -> None:
+    # Pairs of rows; the WHERE drops the pairs whose second price is low, and the search
+    # still goes on past them, as if their output had been made.
+    sql = """SELECT * FROM events MATCH_RECOGNIZE (PARTITION BY tenantid ORDER BY event_time
+      MEASURES FIRST(A.data.price) AS a, LAST(A.data.price) AS b PATTERN (A A) WITHIN INTERVAL '1' HOUR
+      DEFINE A AS TRUE) AS m WHERE m.b > 5 AND tenantid = 't1'"""
+    result = GroupEvaluator([rule(sql, "where")]).process(rows("t1", 1, 9, 2, 3, 4, 8) + rows("t2", 1, 9), at(600))
+    assert [(e.subject, e.data) for e in result.emitted] == [("t1", {"tenantid": "t1", "a": 1, "b": 9}),
+                                                             ("t1", {"tenantid": "t1", "a": 4, "b": 8})]

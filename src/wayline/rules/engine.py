@@ -627,6 +627,10 @@ def _pattern_step(rule: ActiveRule, keys: _RuleKeys, key: str, rows: list[Row], 
     matches.extend(matcher.feed(rows, watermark))
     out = []
     for match in matches:
+        if spec.where_test is not None and not spec.keeps(
+                {name: _measure_or_key(match.measures, rule.compiled.partition_key, key, name)
+                 for name in spec.output_names}):
+            continue
         first, last = match.first, match.last
         out.append(Emitted(
             rule=rule,

@@ -38,6 +38,7 @@ this data and should be quarantined).
 from __future__ import annotations
 
 import operator
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -240,6 +241,23 @@ def compile_measure(name: str, node: exp.Expression, variables: Sequence[str]) -
                    compiler.numbered)
 
 
+def compile_row_condition(node: exp.Expression, clause: str) -> Callable[[Row], Any]:
+    """A condition on one row of plain values by name (a pattern rule's output row), with
+    the operators and functions of DEFINE but nothing that reads a match's rows."""
+    check_nesting(node, clause)
+    for found in node.walk():
+        reads_match = isinstance(found, (exp.AggFunc, exp.First, exp.Last)) or (
+            isinstance(found, exp.Anonymous) and found.name.upper() in _MATCH_FUNCTIONS)
+        if reads_match:
+            raise RejectedInput(f"{clause}: {found.sql(dialect=DIALECT)} reads the match's rows; compute it in "
+                                f"MEASURES and test the measure here{located(found)}")
+    return _Compiler(clause, {}, "row", None, None, set()).compile(node)
+
+
+# What only DEFINE and MEASURES can evaluate: they read the rows of a match.
+_MATCH_FUNCTIONS = frozenset({"PREV", "NEXT", "MATCH_NUMBER", "CLASSIFIER", "MATCH_ROWTIME"})
+
+
 def check_nesting(tree: exp.Expression, clause: str) -> None:
     """Refuse a tree nested deeper than ``MAX_NESTING``; iterative, so it cannot recurse itself."""
     stack = [(tree, 1)]
@@ -253,9 +271,12 @@ def check_nesting(tree: exp.Expression, clause: str) -> None:
 
 
 def interval(node: exp.Interval, clause: str) -> timedelta:
-    """An INTERVAL literal (``INTERVAL '5' MINUTE``, ``INTERVAL '5 minutes'``) as a timedelta."""
+    """An INTERVAL literal (``INTERVAL '5' MINUTE``, ``INTERVAL '5 minutes'``, ``INTERVAL
+    '1 02:03:04.5' DAY TO SECOND``) as a timedelta."""
     unit = node.args.get("unit")
     text = node.this.name if isinstance(node.this, exp.Literal) else None
+    if isinstance(unit, exp.IntervalSpan) and text is not None:
+        return _interval_span(node, text, unit, clause)
     name = unit.name.upper().removesuffix("S") if isinstance(unit, exp.Var) else ""
     if text is None or name not in _UNITS:
         raise RejectedInput(
@@ -278,6 +299,37 @@ def interval(node: exp.Interval, clause: str) -> timedelta:
             f"{clause}: {text} {name.lower()}s is longer than a rule may wait "
             f"(at most {_LONGEST.days:,} days){located(node)}"
         ) from None
+
+
+# The fields of a day-time interval, in order, and what separates each from the one before.
+_SPAN_FIELDS = (("DAY", ""), ("HOUR", " "), ("MINUTE", ":"), ("SECOND", ":"))
+
+
+def _interval_span(node: exp.Interval, text: str, unit: exp.IntervalSpan, clause: str) -> timedelta:
+    """``INTERVAL '<d hh:mm:ss.f>' DAY TO SECOND`` and the other SQL standard spans
+    (``HOUR TO SECOND``: ``'hh:mm:ss'``, ``DAY TO HOUR``: ``'d hh'``, ...)."""
+    names = [name for name, _ in _SPAN_FIELDS]
+    first, last = unit.this.name.upper(), unit.expression.name.upper()
+    if first not in names or last not in names or names.index(first) >= names.index(last):
+        raise RejectedInput(f"{clause}: {node.sql(dialect=DIALECT)} is not supported; write e.g. INTERVAL "
+                            f"'0 00:00:05' DAY TO SECOND{located(node)}")
+    fields = _SPAN_FIELDS[names.index(first):names.index(last) + 1]
+    pattern = r"([+-])?" + "".join(
+        (re.escape(separator) if index else "") + (r"(\d+(?:\.\d*)?)" if name == "SECOND" else r"(\d+)")
+        for index, (name, separator) in enumerate(fields))
+    found = re.fullmatch(pattern, text.strip())
+    if found is None:
+        shape = "".join((separator if index else "") + {"DAY": "d", "HOUR": "hh", "MINUTE": "mm", "SECOND": "ss"}[name]
+                        for index, (name, separator) in enumerate(fields))
+        raise RejectedInput(f"{clause}: {text!r} is not a {first} TO {last} interval ('{shape}'){located(node)}")
+    sign, *amounts = found.groups()
+    try:
+        total = sum((_UNITS[name] * float(Decimal(amount)) for (name, _), amount in zip(fields, amounts, strict=True)),
+                    timedelta(0))
+    except OverflowError:
+        raise RejectedInput(f"{clause}: {text!r} is longer than a rule may wait (at most {_LONGEST.days:,} days)"
+                            f"{located(node)}") from None
+    return -total if sign == "-" else total
 
 
 class _SlotTable:
@@ -1104,6 +1156,7 @@ __all__ = [
     "MAX_NESTING",
     "check_nesting",
     "compile_defines",
+    "compile_row_condition",
     "compile_measure",
     "interval",
     "located",
