@@ -156,3 +156,12 @@ def test_a_bad_join_is_refused_naming_what_is_wrong(sql: str, message: str) -> N
 def test_a_join_takes_no_partition_key() -> None:
     with pytest.raises(RejectedInput, match="partition_key: a join rule's output subject is its join key"):
         compile_rule(ENRICH, (("tenantid",),))
+
+
+def test_data_paths_ordered_against_each_other_compile_with_a_warning() -> None:
+    sql = ("SELECT a.id AS x FROM events a JOIN events b ON a.data.k = b.data.k AND b.event_time BETWEEN "
+           "a.event_time AND a.event_time + INTERVAL '1' MINUTE WHERE a.data.n < b.data.n")
+    [warning] = compile_rule(sql).warnings
+    assert warning.startswith("a.data.n < b.data.n: data.* paths compared with each other are read as strings")
+    # Equality of text is equality: no warning for the key.
+    assert compile_rule(sql.replace("a.data.n < b.data.n", "a.data.n = b.data.n")).warnings == ()
