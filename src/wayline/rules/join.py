@@ -22,8 +22,8 @@ Columns are qualified by the side's alias (``e.id``, ``a.data.amount``, ``r.key`
 read as in filter rules (``data.*`` typed by its use, NULL when it does not convert). The
 rule compiles to Spark SQL (``JoinSpec``), its conditions sorted by the side they read:
 the job filters each side's events before the join (a LEFT JOIN's ON conditions on ``a``
-alone are part of the join: they decide matches, not which ``a`` events are kept:
-``left_on``), joins on the rest of ON, and applies the rest of WHERE after the join.
+alone, ``left_on``, are part of the join: they decide matches, not which ``a`` events are
+kept), joins on the rest of ON, and applies the rest of WHERE after the join.
 
 An interval join runs as Spark's stream-stream join, which differs from a batch join in two
 ways the compiled rule makes up for, so that the stream gives the pairs the batch plan
