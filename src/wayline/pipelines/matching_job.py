@@ -228,11 +228,6 @@ class MatchingJob:
         """The registry version the running matching query routes with."""
         return self._running_version
 
-    @property
-    def trigger(self) -> str:
-        """The matching query's trigger (chosen at :meth:`start` when ``auto``)."""
-        return self._settings.delivery.matching_trigger
-
     def _start_matching(self) -> StreamingQuery:
         live = self._holder.current()
         query = start_matching_query(self._spark, self._settings, live, self._root / "senders-matching")
