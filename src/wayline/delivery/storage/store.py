@@ -360,6 +360,7 @@ def _retry_row(state: WillRetry | DeadLettered | Gone) -> dict[str, Any]:
 __all__ = [
     "GONE_REASON",
     "MAX_ERROR_CHARS",
+    "MAX_EVENT_TYPE_CHARS",
     "AttemptLogEntry",
     "DeadLetterEntry",
     "DeliveryLogEntry",
