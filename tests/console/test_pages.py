@@ -96,7 +96,7 @@ def site(api_settings: Settings, database, admin_key: str) -> Iterator[Site]:
             "name": f"pg-recon-{unique}", "expected": {"role": "producer-expected", "topics": ["pg.audit"]},
             "actual": {"role": "actual", "topics": ["events.pg.orders"]},
             "periods": {"o": 60, "n": 10, "m": 600, "z": 60},
-        }), settings.recon.output_topic)
+        }), reconciliation.OutputTopics.from_settings(settings))
         store.apply_batch(s, f"pages-{unique}", 0, {recon.id: 60_000}, {recon.id: 10_000}, [
             store.WindowChange(recon.id, "/pages-test", int(WINDOW.timestamp() * 1000),
                                Counts(expected=10, matched=9, missing=1))], {}, [])
