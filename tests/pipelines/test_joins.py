@@ -243,7 +243,7 @@ def test_an_interval_join_streams_the_pairs_its_batch_plan_gives(
                      .option("subscribe", out).load())
     batch = valid_events(parse_events(spark.read.format("kafka").option("kafka.bootstrap.servers", bootstrap)
                                       .option("subscribe", prefix + "in").option("includeHeaders", "true").load(),
-                                      max_bytes=settings.envelope.max_bytes))
+                                      settings.envelope))
     spec = rule.compiled.join
     assert spec is not None
     assert (streamed, pairs(_records(_joined(batch, batch, spec), rule, spec))) == (expected, expected)
