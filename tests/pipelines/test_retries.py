@@ -91,8 +91,10 @@ def scenario(api_settings: Settings, database, spark, tmp_path_factory: pytest.T
         "delivery": DeliverySettings(
             stage_deadline_s=2.0, version_poll_s=0.5, trigger_interval_s=0.5, send_partitions=2,
             retry_schedule_s=SCHEDULE_S, retry_jitter=0.0, retry_poll_s=0.5, retry_lease_s=LEASE_S,
-            # Long enough that the down endpoint's messages are all dead before it is disabled.
-            disable_after_s=15.0, operations_topic=f"{PREFIX}operations",
+            # Long enough that the down endpoint's messages are all dead before it is disabled,
+            # even on a loaded machine where the retry query's restart below takes seconds: a
+            # message still pending when its endpoint is disabled is dead-lettered "rejected".
+            disable_after_s=40.0, operations_topic=f"{PREFIX}operations",
         ),
     })
     ensure_topics(settings.kafka_bootstrap(), [TOPIC], 2)
