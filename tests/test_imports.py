@@ -104,6 +104,13 @@ def test_the_command_line_starts_without_spark() -> None:
     assert "pyspark" not in loaded_by("wayline.cli.main")
 
 
+def test_the_messaging_client_loads_no_database_driver_and_no_kafka_client() -> None:
+    # The typed client is what users install to talk to the messaging API over HTTP.
+    loaded = loaded_by("wayline.messaging.client")
+    assert "httpx" in loaded
+    assert loaded & {"sqlalchemy", "psycopg", "confluent_kafka", "pyspark"} == set()
+
+
 def test_the_default_transport_and_the_transport_choice_load_no_aiohttp() -> None:
     loaded = loaded_by(f"wayline.delivery.transports.{DEFAULT_HTTP_CLIENT}", "wayline.delivery.transports.factory")
     assert "pyreqwest" in loaded
