@@ -14,10 +14,12 @@ import pkgutil
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
 import wayline
+import wayline.recon as recon
 from wayline.core.settings import DEFAULT_HTTP_CLIENT
 
 # The packages are the layers; a module may import from its own layer and those below.
@@ -111,10 +113,21 @@ def test_the_messaging_client_loads_no_database_driver_and_no_kafka_client() -> 
     assert loaded & {"sqlalchemy", "psycopg", "confluent_kafka", "pyspark"} == set()
 
 
+def test_the_admin_api_loads_no_pandas_numpy_or_pyarrow() -> None:
+    loaded = loaded_by("wayline.api.app")
+    assert "fastapi" in loaded
+    assert loaded & {"pandas", "numpy", "pyarrow"} == set()
+
+
 def test_the_default_transport_and_the_transport_choice_load_no_aiohttp() -> None:
     loaded = loaded_by(f"wayline.delivery.transports.{DEFAULT_HTTP_CLIENT}", "wayline.delivery.transports.factory")
     assert "pyreqwest" in loaded
     assert "aiohttp" not in loaded
+
+
+def test_the_recon_package_loads_and_re_exports_nothing() -> None:
+    assert loaded_by("wayline.recon") & {"pandas", "numpy", "pyarrow"} == set()
+    assert [n for n, v in vars(recon).items() if not n.startswith("_") and not isinstance(v, ModuleType)] == []
 
 
 def imports_of(module: str) -> set[str]:
