@@ -106,6 +106,12 @@ def test_the_command_line_starts_without_spark() -> None:
     assert "pyspark" not in loaded_by("wayline.cli.main")
 
 
+def test_the_console_loads_no_spark_no_kafka_client_and_no_rich_or_prometheus_client() -> None:
+    loaded = loaded_by("wayline.console.app")
+    assert "fastapi" in loaded
+    assert loaded & {"pyspark", "confluent_kafka", "rich", "prometheus_client"} == set()
+
+
 def test_the_messaging_client_loads_no_database_driver_and_no_kafka_client() -> None:
     # The typed client is what users install to talk to the messaging API over HTTP.
     loaded = loaded_by("wayline.messaging.client")
