@@ -203,6 +203,11 @@ def test_the_delivery_core_never_imports_its_storage_or_transports(module: str) 
     assert not {i for i in imports_of(module) if i.startswith(DELIVERY_EDGES)}
 
 
+@pytest.mark.parametrize("module", [m for m in modules() if layer(m) == "console"])
+def test_the_console_calls_services_not_route_handlers(module: str) -> None:
+    assert {i for i in imports_of(module) if i.startswith("wayline.api.routers")} == set()
+
+
 TRANSPORTS = ("wayline.delivery.transports.aiohttp", "wayline.delivery.transports.pyreqwest",
               "wayline.delivery.transports.memory")
 
