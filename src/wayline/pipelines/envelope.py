@@ -116,8 +116,7 @@ def _parse_steps(max_bytes: int) -> tuple[Callable[[DataFrame], DataFrame], ...]
     for name in REQUIRED_ATTRIBUTES:
         any_missing = any_missing | F.col(name).isNull()
     reparsed = F.try_parse_json(text)
-    # Only a time matching the reference's pattern is cast: Spark's cast alone takes "2025".
-    event_time = F.when(F.col("time").rlike(TIME_PATTERN), F.upper("time").try_cast("timestamp"))
+    event_time = rfc3339_time(F.col("time"))
     reason = (
         F.when(F.col("_size") == 0, F.lit(Reason.EMPTY.value))
         .when(F.col("_size") > max_bytes, F.lit(Reason.OVERSIZE.value))
@@ -150,6 +149,13 @@ def _parse_steps(max_bytes: int) -> tuple[Callable[[DataFrame], DataFrame], ...]
         lambda frame: frame.select(*checked),
         lambda frame: frame.select(*detailed).drop("_size", "_missing"),
     )
+
+
+def rfc3339_time(text: Column) -> Column:
+    """The instant ``text`` names if it is an RFC 3339 date-time (``wayline.core.envelope``'s
+    rule), else NULL: what the pipelines take as an event's time."""
+    # Only a time matching the reference's pattern is cast: Spark's cast alone takes "2025".
+    return F.when(text.rlike(TIME_PATTERN), F.upper(text).try_cast("timestamp"))
 
 
 def valid_events(parsed: DataFrame) -> DataFrame:
@@ -259,5 +265,5 @@ def event_body() -> Column:
 
 __all__ = [
     "ENVELOPE_COLUMNS", "ENVELOPE_SCHEMA", "event_body", "parse_events", "quarantine_copy",
-    "quarantine_records", "valid_events",
+    "quarantine_records", "rfc3339_time", "valid_events",
 ]
