@@ -7,7 +7,7 @@ MVN := mvn -q -B -s .mvn/settings.xml
 CHROMIUM := /usr/bin/chromium
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: install jars demo test test-unit clean
+.PHONY: install jars bench-flink demo test test-unit clean
 
 install: $(VENV)/.installed jars
 
@@ -24,6 +24,23 @@ jars/.fetched: pom.xml .mvn/settings.xml
 	rm -rf jars/broker jars/spark
 	$(MVN) -P broker dependency:copy-dependencies
 	$(MVN) -P spark dependency:copy-dependencies
+	touch $@
+
+# The Flink SQL baseline of bench/rules.py: PyFlink in a virtualenv of its own, so the
+# project's dependencies never see it, and Flink's Kafka connector (pom.xml, profile flink).
+FLINK_VENV := bench/results/flink-venv
+PYFLINK := apache-flink==2.3.0
+
+bench-flink: $(FLINK_VENV)/.installed jars/flink/.fetched
+
+$(FLINK_VENV)/.installed:
+	$(PYTHON) -m venv $(FLINK_VENV)
+	$(FLINK_VENV)/bin/pip install -q "$(PYFLINK)"
+	touch $@
+
+jars/flink/.fetched: pom.xml .mvn/settings.xml
+	rm -rf jars/flink
+	$(MVN) -P flink dependency:copy-dependencies
 	touch $@
 
 # The console's browser tests drive Debian's Chromium through Playwright, which downloads

@@ -1,11 +1,12 @@
-"""Benchmark: the rules job with 0 (baseline), 1, 10 and 100 rules over 100,000 partition keys.
+"""Benchmark: the rules job with 0 (baseline), 1, 10, 100 and 1,000 rules over 100,000 partition keys,
+and (``--flink``) Flink SQL over the same events with the same rules, in the same run.
 
 The stream: ``--events`` CloudEvents on one topic, spread over one hour of simulated event
 time, each for one of 100,000 users (``data.user``) with a price and an amount; types
 ``bench.order``, ``bench.login.failed``, ``bench.login.ok``, ``bench.price``. The rule mix
 at 100 is the issue's: 70 filters/projections, 20 one-minute window aggregations per user
-(HAVING), 10 MATCH_RECOGNIZE patterns per user (WITHIN 5 minutes); 10 rules keep the same
-proportions (7/2/1); "1 filter" and "1 pattern" show each path alone. Every run starts a
+(HAVING), 10 MATCH_RECOGNIZE patterns per user (WITHIN 5 minutes); 10 and 1,000 rules keep
+the same proportions (7/2/1, 700/200/100); "1 filter" and "1 pattern" show each path alone. Every run starts a
 fresh query on a fresh checkpoint over the same events already in Kafka, so the rate is the
 job's, not the producer's: events / the summed durations of the micro-batches that read
 them (``maxOffsetsPerTrigger`` cuts the input into several). The baseline (no rules: read,
@@ -18,7 +19,14 @@ query's first batch also pays for starting it). ``--stages`` starts the Spark UI
 127.0.0.1 and prints the last run's per-micro-batch ``durationMs`` and the executor time
 of each Spark stage, for profiling.
 
-Run: .venv/bin/python bench/rules.py [--events 100000] [--runs 3] [--only NAME] [--stages]
+``--flink`` then runs ``bench/rules_flink.py`` (Flink SQL 2.3, local mini-cluster at
+parallelism 2, in a virtualenv of its own that ``make bench-flink`` makes) over the same
+topic with the same mix for every configuration run, and prints Wayline's rate, Flink's and
+their ratio; both rates count the start of the job's work (Wayline's first micro-batch,
+Flink's job deployment), and the steady-state pair leaves it out (Wayline: without each
+run's first micro-batch; Flink: less the same job's time over an empty topic).
+
+Run: .venv/bin/python bench/rules.py [--events 100000] [--runs 3] [--only NAME] [--stages] [--flink]
 It starts its own stack under bench/results/rules-state and stops it at the end.
 """
 
@@ -31,6 +39,8 @@ import json
 import random
 import shutil
 import statistics
+import subprocess
+import sys
 import time
 import urllib.request
 from dataclasses import replace
@@ -38,7 +48,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import orjson
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 from sqlalchemy import delete
 
 from fresh_stack import RESULTS, record_results
@@ -54,6 +64,9 @@ REPO = Path(__file__).resolve().parents[1]
 T0 = datetime(2026, 3, 1, tzinfo=timezone.utc)
 USERS = 100_000
 TOPIC = "events.bench.rules"
+EMPTY_TOPIC = "events.bench.rules-empty"  # Flink's fixed cost: the same job over no events
+FLINK_PYTHON = RESULTS / "flink-venv" / "bin" / "python"
+FLINK_OUTPUT = "bench.rules.flink.out"  # one topic per configuration: this and its mix
 
 
 def filters(count: int) -> list[str]:
@@ -89,13 +102,16 @@ def patterns(count: int) -> list[str]:
     return [PATTERNS[i % len(PATTERNS)].format(i=i) for i in range(count)]
 
 
-CONFIGS = {
-    "baseline (no rules)": [],
-    "1 filter": filters(1),
-    "1 pattern": patterns(1),
-    "10 rules (7/2/1)": filters(7) + windows(2) + patterns(1),
-    "100 rules (70/20/10)": filters(70) + windows(20) + patterns(10),
+# Each configuration's (filters, windows, patterns).
+MIXES = {
+    "baseline (no rules)": (0, 0, 0),
+    "1 filter": (1, 0, 0),
+    "1 pattern": (0, 0, 1),
+    "10 rules (7/2/1)": (7, 2, 1),
+    "100 rules (70/20/10)": (70, 20, 10),
+    "1,000 rules (700/200/100)": (700, 200, 100),
 }
+CONFIGS = {name: filters(f) + windows(w) + patterns(p) for name, (f, w, p) in MIXES.items()}
 
 
 RESTART = "window-rule change"
@@ -152,6 +168,8 @@ def run_once(spark, settings: Settings, database: Database, events: int, checkpo
             time.sleep(1)
         else:
             raise RuntimeError("the job did not read every event within 30 minutes")
+        # The counter moves inside the micro-batch; its progress is reported when it ends.
+        _wait(lambda: sum(p["numInputRows"] for p in job.query.recentProgress) >= events, "the last progress", 120)
         busy = [p for p in job.query.recentProgress if p["numInputRows"] > 0]
         seconds = sum(p["durationMs"]["triggerExecution"] for p in busy) / 1000
         # The first micro-batch of a fresh query also pays for starting it (planning and code
@@ -266,6 +284,54 @@ def print_stages(spark, seen: set[int], runs: int) -> None:
                   f"{stage['name'].split(' at ')[0]}")
 
 
+def run_flink(settings: Settings, names: list[str], events: int, runs: int) -> dict[str, dict]:
+    """``bench/rules_flink.py`` over the topic Wayline read, in its own virtualenv: per configuration."""
+    subprocess.run(["make", "-s", "bench-flink"], cwd=REPO, check=True)
+    outputs = {name: f"{FLINK_OUTPUT}.{'-'.join(map(str, MIXES[name]))}" for name in names}
+    ensure_topics(settings.kafka_bootstrap(), list(outputs.values()), 2)
+    command = [str(FLINK_PYTHON), str(REPO / "bench" / "rules_flink.py"), "--bootstrap", settings.kafka_bootstrap(),
+               "--topic", TOPIC, "--empty-topic", EMPTY_TOPIC, "--events", str(events), "--runs", str(runs),
+               "--lateness-s", str(settings.rules.allowed_lateness_s), "--output-topic", FLINK_OUTPUT]
+    for name in names:
+        command += ["--config", ",".join(map(str, MIXES[name]))]
+    results = {}
+    with subprocess.Popen(command, stdout=subprocess.PIPE, text=True) as flink:
+        assert flink.stdout is not None
+        by_mix = {",".join(map(str, MIXES[name])): name for name in names}
+        for line in flink.stdout:
+            result = json.loads(line)
+            results[by_mix[result["config"]]] = result
+            print(f"{'Flink ' + by_mix[result['config']]:>28}: median {result['median_rate']:>9,.0f} events/s  runs "
+                  f"{', '.join(f'{r:,.0f}' for r in result['rates'])}  less its {result['empty_wall']:.1f} s over no "
+                  f"events: {result['median_net_rate']:,.0f}", flush=True)
+    if flink.returncode:
+        raise RuntimeError(f"bench/rules_flink.py exited with {flink.returncode}")
+    # Flink's outputs per run, to set beside Wayline's (each configuration's own topic).
+    consumer = Consumer({"bootstrap.servers": settings.kafka_bootstrap(), "group.id": "bench-rules"})
+    try:
+        for name, topic in outputs.items():
+            written = sum(consumer.get_watermark_offsets(TopicPartition(topic, partition))[1] for partition in (0, 1))
+            results[name]["outputs_per_run"] = written / runs
+    finally:
+        consumer.close()
+    return results
+
+
+def print_comparison(results: dict[str, dict], flink: dict[str, dict]) -> None:
+    print(f"\n{'rules':>26} | {'Wayline':>9} | {'Flink':>9} | ratio | steady: Wayline | Flink | ratio "
+          f"| outputs: Wayline | Flink")
+    for name, theirs in flink.items():
+        ours = results[name]
+        warm = ours["median_warm_rate"] or 0
+        print(f"{name:>26} | {ours['median_rate']:>9,.0f} | {theirs['median_rate']:>9,.0f} | "
+              f"{ours['median_rate'] / theirs['median_rate']:5.2f} | {warm:>15,.0f} | {theirs['median_net_rate']:>5,.0f} | "
+              f"{warm / theirs['median_net_rate']:5.2f} | {ours['last']['matches']:>16,} | "
+              f"{theirs.get('outputs_per_run', 0):,.0f}", flush=True)
+        ours["flink"] = theirs
+        ours["ratio"] = ours["median_rate"] / theirs["median_rate"]
+        ours["steady_ratio"] = warm / theirs["median_net_rate"]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--events", type=int, default=100_000)
@@ -274,6 +340,8 @@ def main() -> None:
                         help=f"run only these configurations, in this order; {RESTART!r} times a window-rule change")
     parser.add_argument("--stages", action="store_true",
                         help="start the Spark UI on 127.0.0.1 and print each configuration's stage times")
+    parser.add_argument("--flink", action="store_true",
+                        help="then run Flink SQL over the same topic with each configuration's mix, and compare")
     args = parser.parse_args()
 
     state_dir = RESULTS / "rules-state"
@@ -287,7 +355,7 @@ def main() -> None:
     })
     try:
         bootstrap = settings.kafka_bootstrap()
-        ensure_topics(bootstrap, [TOPIC], 2)
+        ensure_topics(bootstrap, [TOPIC, EMPTY_TOPIC], 2)
         ensure_topics(bootstrap, ["bench.rules.out"], 2)
         started = time.perf_counter()
         produce(bootstrap, args.events)
@@ -329,8 +397,12 @@ def main() -> None:
                 for rows, ms in runs[-1]["batch_ms"]:
                     print(f"{'':>24}{rows:7} rows: {ms}", flush=True)
                 print_stages(spark, seen, args.runs)
-        record_results("rules", {"events": args.events, "produced_s": produced_s, "results": results})
         spark.stop()
+        if args.flink:
+            compared = [name for name in results if name in MIXES]
+            print_comparison(results, run_flink(settings, compared, args.events, args.runs))
+        record_results("rules", {"events": args.events, "produced_s": produced_s, "command": " ".join(sys.argv),
+                                 "results": results})
         engine.dispose()
     finally:
         local.down(base)
