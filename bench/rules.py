@@ -26,8 +26,8 @@ their ratio; both rates count the start of the job's work (Wayline's first micro
 Flink's job deployment), and the steady-state pair leaves it out (Wayline: without each
 run's first micro-batch; Flink: less the same job's time over an empty topic).
 
-Run: .venv/bin/python bench/rules.py [--events 100000] [--runs 3] [--only NAME] [--stages] [--flink]
-It starts its own stack under bench/results/rules-state and stops it at the end.
+Run: .venv/bin/python bench/rules.py [--events 100000] [--runs 3] [--only NAME] [--stages] [--flink] [--name rules]
+It starts its own stack under bench/results/rules-state (NAME-state) and stops it at the end.
 """
 
 from __future__ import annotations
@@ -340,11 +340,14 @@ def main() -> None:
                         help=f"run only these configurations, in this order; {RESTART!r} times a window-rule change")
     parser.add_argument("--stages", action="store_true",
                         help="start the Spark UI on 127.0.0.1 and print each configuration's stage times")
+    parser.add_argument("--name", default="rules",
+                        help="the results file (bench/results/NAME.json) and state folder (NAME-state): two invocations "
+                             "with different names can run at once")
     parser.add_argument("--flink", action="store_true",
                         help="then run Flink SQL over the same topic with each configuration's mix, and compare")
     args = parser.parse_args()
 
-    state_dir = RESULTS / "rules-state"
+    state_dir = RESULTS / f"{args.name}-state"
     shutil.rmtree(state_dir, ignore_errors=True)
     ui = {"spark.ui.enabled": "true", "spark.ui.port": "0"} if args.stages else {}
     base = Settings(state_dir=state_dir, spark={"jars_dir": REPO / "jars" / "spark", "extra_conf": ui},
@@ -401,7 +404,7 @@ def main() -> None:
         if args.flink:
             compared = [name for name in results if name in MIXES]
             print_comparison(results, run_flink(settings, compared, args.events, args.runs))
-        record_results("rules", {"events": args.events, "produced_s": produced_s, "command": " ".join(sys.argv),
+        record_results(args.name, {"events": args.events, "produced_s": produced_s, "command": " ".join(sys.argv),
                                  "results": results})
         engine.dispose()
     finally:
