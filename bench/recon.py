@@ -133,7 +133,7 @@ def baseline_once(spark, settings: Settings, database: Database, records: int, c
     shutil.rmtree(checkpoint, ignore_errors=True)
     specs = load_recon_set(database).specs
     events = valid_events(parse_events(read_kafka(spark, settings, topics_pattern(specs)),
-                                       max_bytes=settings.envelope.max_bytes))
+                                       settings.envelope))
     routed = routed_records(events, specs, settings.recon.heartbeat_type, settings.recon.buckets)
     query = (routed.writeStream.option("checkpointLocation", str(checkpoint))
              .trigger(processingTime=f"{int(settings.recon.trigger_interval_s * 1000)} milliseconds")

@@ -154,7 +154,7 @@ def main() -> None:
         spark = spark_session(settings)
         raw = (spark.read.format("kafka").option("kafka.bootstrap.servers", state.kafka_bootstrap)
                .option("subscribePattern", "^events\\..*").option("includeHeaders", "true").load())
-        events = valid_events(parse_events(raw, max_bytes=1024)).cache()
+        events = valid_events(parse_events(raw, settings.envelope)).cache()
         events.count()
         keys_frame = match_table_frame(spark, snapshot).cache()
         keys_frame.count()

@@ -4,11 +4,12 @@ parser are both held to it (tests/core/test_envelope.py, tests/pipelines/test_en
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import orjson
 
 MAX_BYTES = 1024
+MAX_FUTURE_SKEW_S = 300.0
 
 
 def event(**overrides: object) -> bytes:
@@ -30,7 +31,11 @@ class Case:
     time: datetime | None = None  # the instant a valid event's `time` names
 
 
-BAD_TIME = "time is not an RFC 3339 timestamp"
+BAD_TIME = "time is not an RFC 3339 timestamp from year 1 to 9999 (UTC)"
+BAD_ATTRIBUTE = "attribute(s) {}: a JSON object or array, or a control character"
+BAD_NAME = "attribute name {}: CloudEvents names are lower-case ASCII letters and digits"
+FUTURE_TIME = "the event time is more than 300 s ahead of the clock"
+NOT_UTF8 = "the value or a ce_ header is not valid UTF-8"
 
 
 def bad_time(name: str, time: object) -> Case:
@@ -42,6 +47,8 @@ def good_time(name: str, time: str, instant: datetime) -> Case:
 
 
 T = datetime(2026, 11, 22, 7, tzinfo=UTC)
+# Ahead of the clock by less than the skew bound when the parsers run, which is later.
+SOON = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=60)
 
 BINARY_HEADERS = (
     ("ce_specversion", b"1.0"), ("ce_id", b"evt-b"), ("ce_source", b"/crm"),
@@ -91,10 +98,49 @@ CASES = [
     good_time("an offset", "2026-11-22T08:30:00+01:30", T),
     good_time("offset -00:00", "2026-11-22T07:00:00-00:00", T),
     good_time("offset +18:00", "2026-11-23T01:00:00+18:00", T),
+    # One definition of the instants a time may name, for the pipelines and the messaging API.
+    bad_time("the year 0", "0000-01-01T00:00:00Z"),  # Spark took it, Python could not
+    bad_time("before the year 1 by its offset", "0001-01-01T00:30:00+01:00"),
+    bad_time("after 9999 by its offset", "9999-12-31T23:30:00-01:00"),
+    good_time("a minute ahead of the clock", SOON.isoformat(), SOON),
+    Case("the last instant of 9999", event(time="9999-12-31T23:59:59.999999Z"), "future_time", FUTURE_TIME),
+    Case("two hours ahead of the clock", event(time=(SOON + timedelta(hours=2)).isoformat()), "future_time",
+         FUTURE_TIME),
+    # Bytes that are not UTF-8: JSON text must be, and so must every attribute a header carries.
+    Case("invalid UTF-8 in a JSON string", event(data={"name": "Ada"}).replace(b"Ada", b"A\xffa"), "not_utf8",
+         NOT_UTF8),
+    Case("binary mode, ce_id not UTF-8", b'{"name":"Ada"}', "not_utf8", NOT_UTF8,
+         headers=(*BINARY_HEADERS[:1], ("ce_id", b"\xc3("), *BINARY_HEADERS[2:])),
+    Case("binary mode, an extension not UTF-8", b'{"name":"Ada"}', "not_utf8", NOT_UTF8,
+         headers=(*BINARY_HEADERS, ("ce_note", b"\xed\xa0\x80"))),
     Case("binary mode, bad time", b"{}", "bad_time", BAD_TIME, headers=(*BINARY_HEADERS, ("ce_time", b"2025"))),
     Case("binary mode, data not json", b"plain text", "not_json", "the value is not valid JSON", headers=BINARY_HEADERS),
     Case("binary mode, no tenant", b"{}", "missing_tenant", "the tenantid extension attribute is missing",
          headers=BINARY_HEADERS[:4]),
+]
+
+# What CloudEvents forbids in attributes and their names: the reference parser (and so
+# publishing) refuses it; the Spark parser does not state these rules yet (see
+# wayline.core.envelope), so only tests/core/test_envelope.py holds a parser to them.
+ATTRIBUTE_CASES = [
+    Case("an object type", event(type={"name": "invoice.paid"}), "bad_attribute", BAD_ATTRIBUTE.format("type")),
+    Case("an array subject and an object extension", event(subject=["a"], subtenantid={}), "bad_attribute",
+         BAD_ATTRIBUTE.format("subject, subtenantid")),
+    Case("a CR/LF in tenantid", event(tenantid="t-1\r\nX-Injected: 1"), "bad_attribute", BAD_ATTRIBUTE.format("tenantid")),
+    Case("a control character in source", event(source="/billing\u0085"), "bad_attribute", BAD_ATTRIBUTE.format("source")),
+    Case("a type that is a string opening with a brace", event(type="{invoice}.paid"), None),
+    Case("binary mode, a LF in a header", b"{}", "bad_attribute", BAD_ATTRIBUTE.format("id"),
+         headers=(*BINARY_HEADERS[:1], ("ce_id", b"evt-b\n"), *BINARY_HEADERS[2:])),
+    Case("an upper-case extension name", event(tenantId="t-2"), "bad_name", BAD_NAME.format("tenantId")),
+    Case("an extension name with an underscore", event(trace_id="x"), "bad_name", BAD_NAME.format("trace_id")),
+    Case("lower-case extensions and upper-case data keys", event(traceparent="00-ab", data={"Amount": 1}), None),
+    Case("binary mode, an upper-case header name", b"{}", "bad_name", BAD_NAME.format("Partition"),
+         headers=(*BINARY_HEADERS, ("ce_Partition", b"1"))),
+    Case("data_base64 that is not base64", event(data=None, data_base64="not base64!"), "bad_data_base64",
+         "data_base64 is not base64"),
+    Case("data_base64 without its padding", event(data=None, data_base64="aGk"), "bad_data_base64",
+         "data_base64 is not base64"),
+    Case("data_base64", event(data=None, data_base64="aGk="), None),
 ]
 
 

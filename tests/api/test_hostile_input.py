@@ -5,9 +5,14 @@ from __future__ import annotations
 
 import base64
 import itertools
+import os
+import threading
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx
 import pytest
 
 pytestmark = pytest.mark.integration
@@ -105,12 +110,25 @@ ROWS = [
         content=b'{"endpoint_id": "{endpoint}", "event_types": ["order.paid"], "tenant_scope": "tenants", '
                 b'"tenants": ["t-a"], "filter": ' + nested(900, b"$not") + b"}", headers=JSON),
     Row("unknown route", "GET", "/no-such-thing", 404, "no route"),
+    # Event types' JSON Schemas: invalid ones would fail every publish of the type.
+    Row("a schema whose type is a number", "POST", "/event-types", 422, "at type: 12 is not valid",
+        json={"name": "hostile.schema", "json_schema": {"type": 12}}),
+    Row("a schema whose type is no type", "POST", "/event-types", 422, "not a usable JSON Schema: at type",
+        json={"name": "hostile.schema", "json_schema": {"type": "nonsense"}}),
+    Row("a schema with a $ref to a URL", "POST", "/event-types", 422, "Wayline fetches no schema",
+        json={"name": "hostile.schema", "json_schema": {"$ref": "http://127.0.0.1:9/schema.json"}}),
+    Row("a pattern that needs backtracking", "POST", "/event-types", 422, "without backtracking",
+        json={"name": "hostile.schema", "json_schema": {"properties": {"s": {"pattern": "^(a)\\1$"}}}}),
+    Row("a schema updated to an invalid one", "PATCH", "/event-types/order.paid", 422, "not a usable JSON Schema",
+        json={"json_schema": {"type": 12}}),
     # Size limits.
     Row("a 100 kB content filter", "POST", "/subscriptions", 422, "bytes", who="customer",
         json={"endpoint_id": "{endpoint}", "event_types": ["order.paid"], "tenant_scope": "tenants",
               "tenants": ["t-a"], "filter": {"data.x": {"$in": ["x" * 1000] * 100}}}),
     Row("a 1 MB test event", "POST", "/endpoints/{endpoint}/test", 413, "bytes", who="customer",
         json={"data": {"blob": "x" * 1_000_000}}),
+    Row("a lone surrogate in a test event's data", "POST", "/endpoints/{endpoint}/test", 422, "lone surrogates",
+        who="customer", content=b'{"data": {"note": "\\ud800"}}', headers=JSON),
     Row("test events faster than the limit", "POST", "/endpoints/{endpoint}/test", 429, "test events",
         who="customer", json={"data": {"n": 1}}, before=10),
     # Leaks and gaps.
@@ -119,6 +137,8 @@ ROWS = [
                               "tenant_scope": "tenants", "tenants": ["no-such-tenant"]}),
     Row("a key with both ' and \" in a rule's data path", "POST", "/rules", 422, "both",
         json=rule("SELECT * FROM events WHERE data.\"it's \"\"x\"\"\" = 'y'")),
+    Row("a Spark variable reference in a rule", "POST", "/rules", 422, "${",
+        json=rule("SELECT '${env:WAYLINE_STATE_DIR}' AS x FROM events")),
     Row("output to the quarantine topic", "POST", "/rules", 422, "Wayline's own",
         json=rule("SELECT * FROM events", "wayline.quarantine")),
     Row("output to the rules control topic", "POST", "/rules", 422, "Wayline's own",
@@ -134,6 +154,10 @@ ROWS = [
         "output_topic: wayline.audit.outcomes is reserved", json=reconciliation("wayline.audit.outcomes")),
     Row("a reconciliation writing to the broker's offsets", "POST", "/reconciliations", 422,
         "output_topic: __consumer_offsets is reserved", json=reconciliation("__consumer_offsets")),
+    Row("a bearer token with CR/LF", "POST", "/endpoints", 422, "Authorization header", who="customer",
+        json={"url": RECEIVER, "auth": {"kind": "bearer", "token": "t0ken\r\nX-Injected: 1"}}),
+    Row("a bearer token changed to one with CR/LF", "PATCH", "/endpoints/{endpoint}", 422, "Authorization header",
+        who="customer", json={"auth": {"kind": "bearer", "token": "t0ken\nX-Injected: 1"}}),
     Row("a replay whose secret differs", "POST", "/endpoints", 409, "different request", who="customer",
         headers={"Idempotency-Key": "replay-secret"}, before=1,
         first={"url": RECEIVER, "auth": {"kind": "bearer", "token": "first"}},
@@ -262,3 +286,163 @@ def test_hostile_messaging_input_is_refused_with_the_error_shape(row: Row, messa
     error = response.json()["error"]
     assert set(error) == {"code", "message"}, error
     assert row.message in error["message"], error["message"]
+
+# The same for the messaging API, as an admin key, on a topic made for them.
+TOPIC = "hostile.messaging"
+
+
+def ce(**changes: Any) -> dict:
+    event = {"specversion": "1.0", "id": "h-1", "source": "/hostile", "type": "order.created", "tenantid": "t-a",
+             "data": {"n": 1}}
+    return event | changes
+
+
+ENVELOPE_ROWS = [
+    Row("a cursor offset of 2^63", "GET",
+        f"/topics/{TOPIC}/events?cursor=" + cursor(f'{{"v":1,"t":"{TOPIC}","o":{{"0":{2**63}}}}}'),
+        422, "not a cursor this API returned"),
+    Row("a start before 1970", "GET", f"/topics/{TOPIC}/events?start=0001-01-01T00:00:00Z", 422, "before 1970"),
+    Row("a transaction id with a superscript digit", "GET", "/transactions/vm~%C2%B2~x", 422,
+        "not one this API returned"),
+    # CloudEvents that the envelope rules (wayline.core.envelope) refuse, as the pipelines would quarantine them.
+    Row("an object type", "POST", f"/topics/{TOPIC}/events", 422, "attribute(s) type: a JSON object",
+        json=ce(type={"name": "order.created"})),
+    Row("data_base64 that is not base64", "POST", f"/topics/{TOPIC}/events", 422, "data_base64 is not base64",
+        json=ce(data_base64="not base64!")),
+    Row("an upper-case extension name", "POST", f"/topics/{TOPIC}/events", 422, "attribute name tenantId",
+        json=ce(tenantId="t-b")),
+    Row("a CR/LF in tenantid", "POST", f"/topics/{TOPIC}/events", 422, "attribute(s) tenantid",
+        json=ce(tenantid="t-a\r\nX-Injected: 1")),
+]
+
+
+@pytest.fixture(scope="module")
+def messaging_admin(messaging_api: str, admin_key: str) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=messaging_api, headers={"Authorization": f"Bearer {admin_key}"}, timeout=60) as client:
+        created = client.post("/topics", json={"name": TOPIC, "partitions": 1})
+        assert created.status_code == 201, created.text
+        yield client
+
+
+@pytest.mark.parametrize("row", ENVELOPE_ROWS, ids=[row.id for row in ENVELOPE_ROWS])
+def test_hostile_input_to_the_messaging_api_is_refused(row: Row, messaging_admin: httpx.Client) -> None:
+    response = messaging_admin.request(row.method, row.path, json=row.json, headers=row.headers)
+    assert response.status_code == row.status, response.text[:500]
+    body = response.json()
+    # A refused publish also carries its per-event results.
+    assert set(body) - {"results"} == {"error"} and set(body["error"]) == {"code", "message"}, body
+    assert row.message in body["error"]["message"], body["error"]["message"]
+
+
+def test_a_schema_can_be_updated_and_no_pattern_holds_a_publish(admin, settings, database, admin_key) -> None:
+    from tests.api.servers import served
+    from tests.conftest import messaging_app
+
+    name = f"hostile.redos.{next(_seq)}"
+    assert admin.post("/event-types", json={"name": name}).status_code == 201
+    updated = admin.patch(f"/event-types/{name}", json={"json_schema": {
+        "type": "object", "properties": {"s": {"type": "string", "pattern": "^(a+)+$"}}}})
+    assert updated.status_code == 200, updated.text
+    assert admin.get(f"/event-types/{name}").json()["json_schema"]["properties"]["s"]["pattern"] == "^(a+)+$"
+    with served(messaging_app(settings, database, schema_cache_s=0)) as base, \
+            httpx.Client(base_url=base, headers={"Authorization": f"Bearer {admin_key}"}, timeout=60) as client:
+        topic = f"{TOPIC}.{next(_seq)}"
+        assert client.post("/topics", json={"name": topic, "partitions": 1}).status_code == 201
+
+        def publish(text: str) -> httpx.Response:
+            return client.post(f"/topics/{topic}/events", json=ce(type=name, data={"s": text}))
+
+        started = time.monotonic()
+        # A backtracking engine takes about 2^27 steps here; Python's re held the server for seconds.
+        refused = publish("a" * 27 + "!")
+        assert time.monotonic() - started < 2
+        assert refused.status_code == 422, refused.text
+        assert "does not match" in refused.json()["error"]["message"]
+        assert publish("a" * 27).status_code == 200
+        assert admin.patch(f"/event-types/{name}", json={"json_schema": None}).status_code == 200
+        assert publish("a" * 27 + "!").status_code == 200
+
+# Bodies over the request limit: the servers run in this process, so its resident memory is theirs.
+MiB = 1 << 20
+
+
+def resident_bytes() -> int:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def streamed_json(size: int, head: bytes) -> Iterator[bytes]:
+    """A JSON object of ``size`` bytes (a huge array of zeros after ``head``), made as it is
+    sent, so that the client holds none of it: what grows here is the server's doing."""
+    opening, chunk, closing = head + b'"pad": [', b"0," * 32_768, b"0]}"
+    yield opening
+    left = size - len(opening) - len(closing)
+    while left >= len(chunk):
+        yield chunk
+        left -= len(chunk)
+    yield b" " * left + closing
+
+
+def send_big(base: str, path: str, key: str | None, *, declared: bool, size: int = 20 * MiB) -> tuple[httpx.Response, float, int]:
+    """POST a ``size``-byte body (its length declared, or chunked); the answer, the seconds it
+    took, and how far this process's resident memory rose meanwhile."""
+    headers = {"Content-Type": "application/json"} | ({"Authorization": f"Bearer {key}"} if key else {})
+    if declared:
+        headers["Content-Length"] = str(size)
+    baseline, peak, done = resident_bytes(), [0], threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            peak[0] = max(peak[0], resident_bytes())
+            time.sleep(0.002)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    started = time.monotonic()
+    try:
+        response = httpx.post(f"{base}{path}", content=streamed_json(size, b'{"url": "' + RECEIVER.encode() + b'", '),
+                              headers=headers, timeout=60)
+    finally:
+        done.set()
+        watcher.join()
+    return response, time.monotonic() - started, peak[0] - baseline
+
+
+def assert_refused(response: httpx.Response, status: int, message: str) -> None:
+    assert response.status_code == status, response.text[:500]
+    assert response.json()["error"]["code"] in ("unauthorized", "too_large")
+    assert message in response.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("declared", [True, False], ids=["Content-Length", "chunked"])
+def test_a_stranger_s_20_mb_body_is_refused_unread(admin_api: str, declared: bool) -> None:
+    response, seconds, grown = send_big(admin_api, "/endpoints", None, declared=declared)
+    # Declared over the limit: refused before anything else; chunked: the missing key is refused first.
+    assert_refused(response, 413 if declared else 401, "over the limit of 4194304" if declared else "no API key")
+    assert seconds < 5
+    assert grown < 32 * MiB, f"the server grew by {grown / MiB:.0f} MiB"
+
+
+def test_a_chunked_body_is_counted_and_refused_past_the_limit(admin_api: str, admin_key: str) -> None:
+    response, _, grown = send_big(admin_api, "/endpoints", admin_key, declared=False)
+    assert_refused(response, 413, "the body is over the limit of 4194304 bytes")
+    assert grown < 32 * MiB, f"the server grew by {grown / MiB:.0f} MiB"
+
+
+def test_the_messaging_server_limits_bodies_and_authenticates_first(messaging_api: str, admin_key: str) -> None:
+    response, _, grown = send_big(messaging_api, "/topics", None, declared=False)
+    assert_refused(response, 401, "no API key")
+    assert grown < 32 * MiB, f"the server grew by {grown / MiB:.0f} MiB"
+    response, _, _ = send_big(messaging_api, "/topics/hostile.big/events", admin_key, declared=False, size=2 * MiB)
+    assert_refused(response, 413, "the body is over the limit of 1048576 bytes")
+    response, _, _ = send_big(messaging_api, "/topics", admin_key, declared=True, size=2 * MiB)
+    assert_refused(response, 413, "the body is 2097152 bytes, over the limit of 1048576")
+
+
+def test_bodies_under_the_limit_still_work(admin) -> None:
+    size = 3 * MiB  # under the admin API's limit, over the messaging one's
+    rows = [{"key": f"k{n}", "data": {"pad": "x" * 300}} for n in range(size // 330)]
+    table = f"big_{next(_seq)}"
+    assert admin.post("/reference-tables", json={"name": table}).status_code == 201
+    put = admin.put(f"/reference-tables/{table}/rows", json=rows)
+    assert put.status_code == 200, put.text[:500]

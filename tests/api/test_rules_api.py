@@ -108,3 +108,17 @@ def test_an_alert_rule_s_output_type_must_be_a_catalog_name_of_its_own(admin, ou
     assert (status, code) == (422, "invalid") and text.startswith(message)
     # Elsewhere its output is not delivered, so its type is the rule's own business.
     assert admin.post("/rules", json=body(output_type=output_type, enabled=False)).status_code == 201
+
+
+def test_a_rule_that_orders_data_paths_against_each_other_is_taken_with_a_warning(admin) -> None:
+    # Spark reads both paths as strings there: '10' < '9'.
+    text = "SELECT id FROM events WHERE data.spent > data.limit"
+    created = admin.post("/rules", json=body(text))
+    assert created.status_code == 201
+    [warning] = created.json()["warnings"]
+    assert warning.startswith("data.spent > data.limit: data.* paths compared with each other are read as strings")
+    assert "write TRY_CAST(data.spent AS DOUBLE) > TRY_CAST(data.limit AS DOUBLE)" in warning
+    fixed = admin.patch(f"/rules/{created.json()['id']}", json={
+        "sql": "SELECT id FROM events WHERE TRY_CAST(data.spent AS DOUBLE) > TRY_CAST(data.limit AS DOUBLE)"})
+    assert (fixed.status_code, fixed.json()["warnings"]) == (200, [])
+    assert admin.post("/rules", json=body()).json()["warnings"] == []

@@ -2,13 +2,13 @@ from datetime import datetime, timezone
 
 import pytest
 
-from tests.envelope_corpus import CASES, MAX_BYTES, Case, expected_detail
+from tests.envelope_corpus import ATTRIBUTE_CASES, CASES, MAX_BYTES, MAX_FUTURE_SKEW_S, Case, expected_detail
 from wayline.core.envelope import Envelope, Rejection, parse_record, to_structured
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda case: case.name)
+@pytest.mark.parametrize("case", CASES + ATTRIBUTE_CASES, ids=lambda case: case.name)
 def test_each_record_gets_its_verdict(case: Case) -> None:
-    verdict = parse_record(case.value, case.headers, max_bytes=MAX_BYTES)
+    verdict = parse_record(case.value, case.headers, max_bytes=MAX_BYTES, max_future_skew_s=MAX_FUTURE_SKEW_S)
     if case.reason is None:
         assert isinstance(verdict, Envelope), verdict
         assert verdict.time == case.time

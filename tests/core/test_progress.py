@@ -41,9 +41,10 @@ def test_the_gauges_follow_whichever_queries_run_now() -> None:
     running = [Query(None)]
     progress.watch(lambda: running)
     assert "wayline_query_input_rows_per_second{" not in scraped(progress)  # no micro-batch yet
-    running.append(Query({"name": "wayline-delivery", "inputRowsPerSecond": 12.5, "batchDuration": 1500,
+    running.append(Query({"name": "wayline-delivery", "inputRowsPerSecond": 12.5, "batchDuration": 1500, "batchId": 41,
                           "sources": [kafka_source({"events.a": {"0": 1}}, {"events.a": {"0": 4}})]}))
     text = scraped(Collectors(progress))
     assert 'wayline_query_input_rows_per_second{query="wayline-delivery"} 12.5' in text
     assert 'wayline_query_batch_seconds{query="wayline-delivery"} 1.5' in text
+    assert 'wayline_query_micro_batches{query="wayline-delivery"} 42.0' in text
     assert 'wayline_source_lag_records{query="wayline-delivery",topic="events.a"} 3.0' in text

@@ -4,6 +4,7 @@ import orjson
 import pytest
 
 from wayline.core.errors import RejectedInput
+from wayline.core.settings import EnvelopeSettings
 from wayline.messaging.errors import NotJson, TooLarge
 from wayline.messaging.records import Outgoing, Refused, check, read_body
 
@@ -46,7 +47,7 @@ def test_each_event_is_checked_on_its_own_and_named_in_its_refusal() -> None:
     missing = event(2)
     del missing["tenantid"]
     events = [event(1), missing, event(3, data={"blob": "x" * 2000}), event(4, specversion="0.3"), "text"]
-    results = check(events, 1024, NoSchemas())
+    results = check(events, EnvelopeSettings(max_bytes=1024), NoSchemas())
     assert results[0] == Outgoing(0, b"t-a", orjson.dumps(event(1)))
     assert [(r.code, r.message) for r in results[1:] if isinstance(r, Refused)] == [
         ("missing_tenant", "event 1 (id 'e2'): the tenantid extension attribute is missing"),
@@ -57,7 +58,21 @@ def test_each_event_is_checked_on_its_own_and_named_in_its_refusal() -> None:
 
 
 def test_an_event_that_does_not_match_its_schema_is_refused() -> None:
-    ok, bad = check([event(1), event(2, data={"amount": -1})], 1024, PositiveAmounts())
+    ok, bad = check([event(1), event(2, data={"amount": -1})], EnvelopeSettings(max_bytes=1024), PositiveAmounts())
     assert isinstance(ok, Outgoing)
     assert bad == Refused(1, "schema_mismatch", "event 1 (id 'e2'): data does not match the schema of "
                                                 "order.created: data.amount: -1 is less than the minimum of 0")
+
+
+def test_a_time_too_far_ahead_of_the_clock_or_outside_years_1_to_9999_is_refused() -> None:
+    """The pipelines quarantine the same events (tests/envelope_corpus.py): one definition of a valid time."""
+    from datetime import UTC, datetime, timedelta
+
+    soon = (datetime.now(UTC) + timedelta(seconds=60)).isoformat()
+    events = [event(1, time=soon), event(2, time="9999-12-31T23:59:59Z"), event(3, time="0000-01-01T00:00:00Z")]
+    results = check(events, EnvelopeSettings(max_future_skew_s=300), NoSchemas())
+    assert isinstance(results[0], Outgoing)
+    assert [(r.code, r.message) for r in results[1:] if isinstance(r, Refused)] == [
+        ("future_time", "event 1 (id 'e2'): the event time is more than 300 s ahead of the clock"),
+        ("bad_time", "event 2 (id 'e3'): time is not an RFC 3339 timestamp from year 1 to 9999 (UTC)"),
+    ]

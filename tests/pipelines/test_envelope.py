@@ -2,8 +2,9 @@
 
 import pytest
 
-from tests.envelope_corpus import CASES, MAX_BYTES, expected_detail
-from wayline.pipelines.envelope import parse_events, quarantine_records, valid_events
+from tests.envelope_corpus import CASES, MAX_BYTES, MAX_FUTURE_SKEW_S, expected_detail
+from wayline.core.settings import EnvelopeSettings
+from wayline.pipelines.envelope import parse_events, quarantine_copy, valid_events
 
 pytestmark = pytest.mark.integration
 
@@ -22,7 +23,13 @@ def parsed(spark):
          "events.test", 0, offset, datetime(2026, 11, 22, tzinfo=timezone.utc))
         for offset, case in enumerate(CASES)
     ]
-    return parse_events(spark.createDataFrame(rows, KAFKA_SCHEMA), max_bytes=MAX_BYTES).cache()
+    envelope = EnvelopeSettings(max_bytes=MAX_BYTES, max_future_skew_s=MAX_FUTURE_SKEW_S)
+    return parse_events(spark.createDataFrame(rows, KAFKA_SCHEMA), envelope).cache()
+
+
+def quarantine_records(parsed, topic: str, max_bytes: int):
+    """The bad rows' quarantine copies, as the delivery job writes them (with ``truncated``)."""
+    return parsed.where("reason IS NOT NULL").select(quarantine_copy(topic, max_bytes).alias("c")).select("c.*")
 
 
 def test_spark_verdicts_equal_the_reference(parsed) -> None:
@@ -33,7 +40,8 @@ def test_spark_verdicts_equal_the_reference(parsed) -> None:
     EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
     # The instant as microseconds since the epoch: no time zone between Spark and the test.
     rows = parsed.select("key", "reason", "detail", F.unix_micros("time").alias("micros")).collect()
-    got = {row["key"].decode(): (row["reason"], row["detail"], row["micros"]) for row in rows}
+    got = {row["key"].decode(): (row["reason"], row["detail"], None if row["reason"] else row["micros"])
+           for row in rows}
     expected = {
         case.name: (case.reason, expected_detail(case) if case.reason else None,
                     case.time and (case.time - EPOCH) // timedelta(microseconds=1))
@@ -57,11 +65,12 @@ def test_quarantine_keeps_the_original_record_and_says_why(parsed) -> None:
     assert set(by_key) == {case.name for case in CASES if case.reason}
     original = {case.name: case for case in CASES}
     for key, row in by_key.items():
-        headers = {h["key"]: h["value"].decode() for h in row["headers"]}
+        headers = {h["key"]: bytes(h["value"]) for h in row["headers"]}
         assert row["topic"] == "wayline.quarantine"
         assert row["value"] == original[key].value
-        assert headers["wayline-quarantine-reason"] == original[key].reason
-        assert headers["wayline-source-topic"] == "events.test"
+        assert headers["wayline-quarantine-reason"] == original[key].reason.encode()
+        assert headers["wayline-source-topic"] == b"events.test"
+        assert dict(original[key].headers).items() <= headers.items(), "the original headers, byte for byte"
     kept = {h["key"] for h in by_key["binary mode, no tenant"]["headers"]}
     assert {"ce_id", "ce_type"} <= kept
 
@@ -106,9 +115,23 @@ def test_binary_mode_bodies_are_assembled_from_the_headers(spark) -> None:
                                                ("traceparent", b"not-an-attribute")], "events.t", 0, 0, stamp),
         (None, b' {"id":"s-1","specversion":"1.0","source":"/s","type":"t","tenantid":"7"}', None, "events.t", 0, 1, stamp),
     ]
-    parsed = parse_events(spark.createDataFrame(rows, schema), max_bytes=1024)
+    parsed = parse_events(spark.createDataFrame(rows, schema), EnvelopeSettings(max_bytes=1024))
     valid = parsed.where("reason IS NULL")
     bodies = {row["id"]: row["body"] for row in valid.select("id", event_body().alias("body")).collect()}
     assert bodies["s-1"] == rows[1][1], "structured: the value itself"
     assert orjson.loads(bodies["b-1"]) == {"specversion": "1.0", "id": "b-1", "source": '/quo"te', "type": "t",
                                            "tenantid": "7", "data": {"a": [1, 2]}}
+
+
+def test_the_kafka_timestamp_of_an_event_without_time_is_bounded_too(spark) -> None:
+    """Without a `time`, the event time is the record's Kafka timestamp, which a producer sets."""
+    from datetime import UTC, datetime, timedelta
+
+    value = b'{"specversion":"1.0","id":"k-1","source":"/s","type":"t","tenantid":"7"}'
+    now = datetime.now(UTC)
+    rows = [(b"soon", value, None, "events.t", 0, 0, now + timedelta(seconds=60)),
+            (b"far", value, None, "events.t", 0, 1, now + timedelta(days=1))]
+    parsed = parse_events(spark.createDataFrame(rows, KAFKA_SCHEMA), EnvelopeSettings(max_future_skew_s=300))
+    verdicts = {row["key"]: (row["reason"], row["detail"]) for row in parsed.collect()}
+    assert verdicts == {b"soon": (None, None),
+                        b"far": ("future_time", "the event time is more than 300 s ahead of the clock")}

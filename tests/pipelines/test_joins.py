@@ -9,6 +9,7 @@ real broker, the reference table in the real PostgreSQL, outputs read back from 
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -154,3 +155,122 @@ def test_a_join_whose_query_fails_is_quarantined_and_the_others_run_on(joined: d
     assert broken["status"] == "quarantined" and "DIVIDE_BY_ZERO" in broken["error"]
     assert joined["outputs"]["broken"] == []
     assert joined["running"] == 3
+
+
+# -- the streaming plan against the batch plan -------------------------------------------------
+
+BETWEEN = "b.event_time BETWEEN a.event_time AND a.event_time + INTERVAL '5' SECOND"
+# Each case: the rule, its events (id, type, seconds, data), and the pairs (a id, b id or
+# None) both plans must give. Clock events at the end move the watermark past every interval.
+CASES = {
+    # Strict bounds exclude their ends: p1 is at o1's time, p2 at o1's time + 5 s.
+    "strict bounds": (
+        "SELECT a.id AS aid, b.id AS bid FROM events a JOIN events b ON a.data.k = b.data.k AND b.type = 'p' "
+        "AND b.event_time > a.event_time AND b.event_time < a.event_time + INTERVAL '5' SECOND WHERE a.type = 'o'",
+        [("o1", "o", 0, {"k": "k1"}), ("p1", "p", 0, {"k": "k1"}), ("p2", "p", 5, {"k": "k1"})],
+        set(),
+    ),
+    # Neither event has the key: NULL never equals NULL.
+    "null keys": (
+        f"SELECT a.id AS aid, b.id AS bid FROM events a JOIN events b ON a.data.k = b.data.k AND b.type = 'p' "
+        f"AND {BETWEEN} WHERE a.type = 'o'",
+        [("o1", "o", 0, {}), ("p1", "p", 1, {})],
+        set(),
+    ),
+    # A LEFT JOIN's ON condition on a alone decides matches, not which a events are kept.
+    "left join, a condition in ON": (
+        f"SELECT a.id AS aid, b.id AS bid FROM events a LEFT JOIN events b ON a.data.k = b.data.k "
+        f"AND b.type = 'p' AND a.data.v > 5 AND {BETWEEN} WHERE a.type = 'o'",
+        [("o1", "o", 0, {"k": "k1", "v": 8}), ("o2", "o", 1, {"k": "k2", "v": 3})],
+        {("o1", None), ("o2", None)},
+    ),
+    # ... and a LEFT JOIN's a with a NULL key is kept unmatched, while b's NULL keys meet nothing.
+    "left join, null keys": (
+        f"SELECT a.id AS aid, b.id AS bid FROM events a LEFT JOIN events b ON a.data.k = b.data.k "
+        f"AND b.type = 'p' AND {BETWEEN} WHERE a.type = 'o'",
+        [("o1", "o", 0, {}), ("o2", "o", 0, {"k": "k2"}), ("p1", "p", 1, {}), ("p2", "p", 2, {"k": "k2"})],
+        {("o1", None), ("o2", "p2")},
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_an_interval_join_streams_the_pairs_its_batch_plan_gives(
+        case: str, settings: Settings, spark, database, tmp_path_factory: pytest.TempPathFactory) -> None:
+    from pyspark.sql import functions as F
+
+    from wayline.pipelines.envelope import parse_events, valid_events
+    from wayline.pipelines.joins import ReferenceTables, _joined, _records, start_join
+    from wayline.rules.engine import ActiveRule
+    from wayline.rules.rule import compile_rule
+
+    sql, events, expected = CASES[case]
+    suffix = str(time.time_ns())[-8:]
+    prefix, out = f"events.ij{suffix}.", f"rules.out.ij.{suffix}"
+    bootstrap = settings.kafka_bootstrap()
+    # One partition: the events reach the query in the order produced.
+    ensure_topics(bootstrap, [prefix + "in", out], 1)
+    job_settings = settings.model_copy(update={
+        "kafka": settings.kafka.model_copy(update={"event_topic_prefix": prefix}),
+        "rules": settings.rules.model_copy(update={"allowed_lateness_s": 60.0, "join_starting_offsets": "earliest"}),
+    })
+    rule = ActiveRule(f"rule_ij{suffix}", 1, f"ij-{suffix}", compile_rule(sql), out, "ij", 1000, 2000)
+    producer = Producer({"bootstrap.servers": bootstrap})
+
+    def produce(items: list[tuple[str, str, float, dict[str, Any]]]) -> None:
+        for event_id, event_type, seconds, data in items:
+            producer.produce(prefix + "in", key=event_id.encode(), value=event(event_id, event_type, seconds, data))
+        assert producer.flush(30) == 0
+
+    produce(events)
+    query = start_join(spark, job_settings, rule, tmp_path_factory.mktemp("ij") / "checkpoint",
+                       ReferenceTables(spark, job_settings, database))
+    try:
+        query.processAllAvailable()
+        # The first clock event moves the watermark; the second's micro-batch runs with it.
+        for seconds in (3600, 7200):
+            produce([(f"clock{seconds}", "clock", seconds, {})])
+            query.processAllAvailable()
+    finally:
+        query.stop()
+
+    def pairs(records: Any) -> set[tuple[str, str | None]]:
+        rows = records.select(F.get_json_object(F.col("value").cast("string"), "$.data.aid").alias("aid"),
+                              F.get_json_object(F.col("value").cast("string"), "$.data.bid").alias("bid")).collect()
+        return {(row.aid, row.bid) for row in rows}
+
+    streamed = pairs(spark.read.format("kafka").option("kafka.bootstrap.servers", bootstrap)
+                     .option("subscribe", out).load())
+    batch = valid_events(parse_events(spark.read.format("kafka").option("kafka.bootstrap.servers", bootstrap)
+                                      .option("subscribe", prefix + "in").option("includeHeaders", "true").load(),
+                                      settings.envelope))
+    spec = rule.compiled.join
+    assert spec is not None
+    assert (streamed, pairs(_records(_joined(batch, batch, spec), rule, spec))) == (expected, expected)
+
+
+def test_a_join_rule_spark_will_not_start_is_reported_and_the_others_start(
+        settings: Settings, spark, database, tmp_path_factory: pytest.TempPathFactory) -> None:
+    from wayline.pipelines.joins import JoinQueries
+    from wayline.rules.engine import ActiveRule
+    from wayline.rules.rule import compile_rule
+
+    def rule(name: str, sql: str) -> ActiveRule:
+        return ActiveRule(f"rule_{name}", 1, name, compile_rule(sql), "rules.out.unused", "t", 1000, 2000)
+
+    good = rule("good", PAID.format(how="JOIN"))
+    tiny = rule("tiny", PAID.format(how="JOIN").replace("'10' MINUTE", "'0.00005' SECOND"))
+    spec = tiny.compiled.join
+    assert spec is not None and "'0.000050'" in spec.condition
+    # As the bound rendered before it was written out in plain digits: Spark cannot parse it.
+    broken = dataclasses.replace(tiny, compiled=dataclasses.replace(tiny.compiled, join=dataclasses.replace(
+        spec, condition=spec.condition.replace("'0.000050'", "'5e-05'"))))
+    queries = JoinQueries(spark, settings, database, tmp_path_factory.mktemp("refused"))
+    try:
+        queries.sync([broken, good])
+        assert list(queries.queries) == [good.state_key]
+        failures = queries.failures()
+        assert list(failures) == [broken.state_key] and "5e-05" in failures[broken.state_key]
+        assert queries.failures() == {}
+    finally:
+        queries.stop()

@@ -113,9 +113,9 @@ def _engine(settings: Settings, trigger: str, master: str = "local[2]") -> Setti
 
 def test_a_real_time_query_needs_a_slot_per_partition_besides_the_other_queries(base_settings: Settings) -> None:
     realtime, micro = _engine(base_settings, "realtime"), _engine(base_settings, "micro_batch")
-    # shuffle_partitions (2) for each other query's stage (the retry query).
-    assert slots_needed(4, realtime) == 4
-    assert slots_needed(4, realtime, beside=1) == 6
+    # A spare slot beside the partitions', and shuffle_partitions (2) for each other query's stage.
+    assert slots_needed(4, realtime) == 5
+    assert slots_needed(4, realtime, beside=1) == 7
     assert slots_needed(4, micro) == 1
 
 
@@ -151,11 +151,32 @@ def test_a_local_master_is_raised_to_the_slots_the_topics_need(settings: Setting
     ensure_topics(settings.kafka_bootstrap(), [f"events.{name}.a", f"alerts.{name}.b"], 3)
     ensure_topics(settings.kafka_bootstrap(), [f"events.{name}x.other"], 5)  # another prefix: not read
     assert source_partitions(on_topics) == 6
-    assert with_enough_slots(on_topics).spark.master == "local[6]"
-    assert with_enough_slots(on_topics, beside=1).spark.master == "local[8]"
+    assert with_enough_slots(on_topics).spark.master == "local[7]"
+    assert with_enough_slots(on_topics, beside=1).spark.master == "local[9]"
     # Chosen for the cores: 6 partitions on the test machine's few cores take micro-batches.
     chosen = with_enough_slots(_engine(on_topics, "auto"), beside=1)
     assert (chosen.delivery.matching_trigger, chosen.spark.master) == ("micro_batch", "local[2]")
+
+
+@pytest.mark.integration
+def test_the_retry_job_starting_beside_it_does_not_change_what_the_job_was_sized_for(
+        settings: Settings, unique: str) -> None:
+    # Issue 23, item 14: `wayline run retries` makes the operations topic, which the job
+    # reads; made after the job counted its partitions, it left the job short of slots.
+    name = f"mjo{unique}"
+    operations = f"events.{name}.operations"
+    on_topics = _engine(settings, "realtime").model_copy(update={
+        "kafka": settings.kafka.model_copy(update={
+            "event_topic_prefix": f"events.{name}.", "alert_topic_prefix": f"alerts.{name}."}),
+        "delivery": _engine(settings, "realtime").delivery.model_copy(update={
+            "operations_topic": operations, "work_topic": f"wayline.work.{name}",
+            "batch_topic": f"wayline.batching.{name}"}),
+    })
+    ensure_topics(settings.kafka_bootstrap(), [f"events.{name}.a"], 1)
+    sized = with_enough_slots(on_topics)
+    ensure_topics(settings.kafka_bootstrap(), [operations], settings.kafka.topic_partitions)  # the retry job's start
+    slots = int(sized.spark.master.removeprefix("local[").removesuffix("]"))
+    assert source_partitions(on_topics) + 1 <= slots
 
 
 @pytest.mark.integration
@@ -166,7 +187,7 @@ def test_a_real_time_query_that_would_take_every_slot_is_refused(spark, settings
     ensure_topics(settings.kafka_bootstrap(), [f"events.{name}.a"], 1)
     check_slots(spark, on_topics)  # the test session's local[2]: one slot for it, one left
     ensure_topics(settings.kafka_bootstrap(), [f"events.{name}.b"], 1)
-    with pytest.raises(ConfigError, match=r"reads 2 Kafka partitions .* Spark has 2: set spark.master to local\[4\]"):
+    with pytest.raises(ConfigError, match=r"reads 2 Kafka partitions .* Spark has 2: set spark.master to local\[3\]"):
         check_slots(spark, on_topics)
     check_slots(spark, _engine(on_topics, "micro_batch"))  # micro-batches take turns for slots
 

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import pickle
 
+import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from wayline.recon.packing import clocked, pack
 from wayline.recon.periods import Periods
 from wayline.recon.state import Bucket, Counts, Record, Step
 
@@ -241,3 +243,56 @@ def test_chunks_stored_before_pairs_were_settled_in_columns_restore_as_they_were
     later = [[act("b", 6), exp("c", 7), act("a", 8)], [beat(200)]]
     assert run(restored, *later) == run(live, *later) == ([], {("src", W0): Counts(expected=1, matched=2,
                                                                                      duplicates=1)})
+
+
+# -- one clock per reconciliation, across its buckets (issue 23, item 13) ------------------------
+
+
+def through_buckets(batches: list[list[tuple[Record, int]]], periods: Periods,
+                    buckets: int = 16) -> tuple[list[tuple], list[Bucket]]:
+    """The job's path without Spark: each micro-batch's records, with the bucket routing gave
+    them, clocked and packed as the job does, then each key's records to that key's bucket.
+    Per micro-batch: the events as (kind, id, expected time, watermark), the summed figures,
+    and the published watermark (the newest of the buckets', as the store keeps it)."""
+    state = [Bucket(periods) for _ in range(buckets)]
+    out = []
+    for records in batches:
+        routed = pa.RecordBatch.from_pylist(
+            [{"recon_id": "r", "side": r.side, "id": r.id, "source": r.source, "time": r.time, "bucket": b}
+             for r, b in records],
+            schema=pa.schema([("recon_id", pa.string()), ("side", pa.string()), ("id", pa.string()),
+                              ("source", pa.string()), ("time", pa.int64()), ("bucket", pa.int32())]))
+        per_key = {row["bucket"]: row for row in pa.Table.from_batches(list(pack([clocked(routed, buckets)])))
+                   .to_pylist()}
+        events, totals, marks = [], {}, []
+        for number, bucket in enumerate(state):
+            row = per_key.get(number)
+            got = [] if row is None else [Record(*values) for values in zip(
+                row["side"], row["id"], row["source"], row["time"], strict=True)]
+            step = bucket.process(got, now=0)
+            events += [(e.kind, e.id, e.expected_time, e.watermark) for e in step.emitted]
+            for key, counts in step.counts.items():
+                totals.setdefault(key, Counts()).add(counts)
+            marks.append(step.watermark)
+        out.append((events, totals, max(mark for mark in marks if mark is not None)))
+    return out, state
+
+
+def test_a_missing_id_is_reported_by_the_reconciliations_clock_not_only_its_buckets() -> None:
+    """The issue's reproduction: 16 buckets; x expected at 1 s; other ids' records up to 60 s,
+    in other buckets. The watermark that closes x's window reports x missing in the same
+    micro-batch, and x's actual at 1.5 s, more than m behind it, is too late."""
+    periods = Periods(o=10 * S, n=10 * S, m=30 * S, z=3600 * S)
+    x, y, z = 3, 7, 11  # the buckets of the ids x, y, z
+    out, state = through_buckets([
+        [(exp("x", 1), x), (exp("y", 2), y), (act("y", 2), y)],
+        [(exp("z", 60), z), (act("z", 60), z)],
+        [(act("x", 1.5), x)],
+    ], periods)
+    assert out == [
+        ([], {("src", W0): Counts(expected=2, matched=1)}, -8 * S),
+        ([("missing", "x", 1 * S, 50 * S)], {("src", W0): Counts(missing=1), ("src", 60 * S): Counts(expected=1, matched=1)},
+         50 * S),
+        ([], {("src", W0): Counts(too_late=1)}, 50 * S),
+    ]
+    assert {bucket.watermark for bucket in state} == {50 * S}  # every bucket on the reconciliation's clock

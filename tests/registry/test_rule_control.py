@@ -53,3 +53,26 @@ def test_control_records_create_change_and_remove_rules(settings, database, uniq
         control.close()
         with database.transaction() as session:
             rule_service.delete_by_name(session, ADMIN, name)
+
+
+def test_the_control_consumer_outlives_an_idle_spell_longer_than_its_poll_interval(settings, database, unique) -> None:
+    """The rules job polls the control topic before each micro-batch, and an idle job runs
+    none: past max.poll.interval.ms librdkafka left the group, the next poll held only that
+    error, and committing it raised _NO_OFFSET, which stopped the job."""
+    interval_s = 6.0  # the broker's least session timeout; the default is 300 s
+    control_settings = settings.model_copy(update={"rules": settings.rules.model_copy(update={
+        "control_topic": f"wayline.rules.control.{unique}", "control_max_poll_interval_s": interval_s})})
+    control = ControlTopic(control_settings, group_id=f"control-{unique}")
+    name = f"idle-{unique}"
+    definition = {"sql": SQL, "output_topic": "rules.out.ctl", "output_type": "alert.ctl"}
+    try:
+        publish(control_settings, name, definition)
+        _apply_until(control, database, lambda: _rule(database, name) is not None)
+        time.sleep(interval_s * 1.5)
+        assert control.apply_pending(database, timeout_s=0.5) == 0
+        publish(control_settings, name, {**definition, "sql": SQL + " AND id = 'after'"})
+        _apply_until(control, database, lambda: _rule(database, name).revision == 2)
+    finally:
+        control.close()
+        with database.transaction() as session:
+            rule_service.delete_by_name(session, ADMIN, name)

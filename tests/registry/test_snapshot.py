@@ -113,7 +113,7 @@ def test_spark_matches_a_produced_stream_exactly(registry, settings, spark, uniq
 
     raw = (spark.read.format("kafka").option("kafka.bootstrap.servers", settings.kafka_bootstrap())
            .option("subscribe", topic).option("includeHeaders", "true").load())
-    events = valid_events(parse_events(raw, max_bytes=1024))
+    events = valid_events(parse_events(raw, settings.envelope))
     pairs = match_events(events, match_table_frame(spark, snapshot), snapshot).select("id", "subscription_id")
     assert {(r["id"], r["subscription_id"]) for r in pairs.collect()} == expected_pairs(defined, types)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -39,6 +40,12 @@ def run(sql: str, rows: Sequence[dict[str, Any]]) -> list[Match]:
     """All matches of a rule over rows given in one batch, the input then ending."""
     matcher = PartitionMatcher(parse_match_recognize(sql))
     return matcher.feed(rows) + matcher.finish()
+
+
+def json_round_trip(state: dict[str, Any]) -> dict[str, Any]:
+    """Through JSON, as a state store would keep it (times inside rows as ISO text and back)."""
+    text = json.dumps(state, default=lambda value: {"$time": value.isoformat()})
+    return json.loads(text, object_hook=lambda d: datetime.fromisoformat(d["$time"]) if "$time" in d else d)
 
 
 def spans(matches: Sequence[Match]) -> list[tuple[int, str]]:

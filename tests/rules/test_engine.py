@@ -327,3 +327,64 @@ def test_output_ids_follow_the_input_not_its_batching_or_order_within_a_batch() 
     assert len(whole) > 100 and len({item_id for item_id, _ in whole}) == len(whole)
     assert run(sorted(rng.sample(range(1, len(stream)), 40)), shuffled=True) == whole
     assert run(list(range(7, len(stream), 7)), shuffled=True) == whole
+
+
+NUMBERED = """SELECT * FROM events MATCH_RECOGNIZE (PARTITION BY data.k ORDER BY event_time
+  MEASURES MATCH_NUMBER() AS n, A.id AS at PATTERN (A) WITHIN INTERVAL '1' MINUTE DEFINE A AS A.type = 'up')"""
+
+
+def test_match_number_counts_a_key_s_matches_however_the_stream_is_cut() -> None:
+    # Key a's matches at 1 s and 2 s, then none while key b's events move the watermark,
+    # then one at 50 s. The count lapses WITHIN (a minute) after a key's last match: a's
+    # match at 200 s starts afresh, however the stream is cut.
+    def event(key: str, seconds: float) -> tuple[str, dict[str, Any]]:
+        return orjson.dumps([key]).decode(), {"id": f"{key}@{seconds:g}", "type": "up", "tenantid": "t",
+                                              "event_time": at(seconds), "data": {"k": key}}
+
+    stream = [event("a", 1), event("a", 2), event("b", 30), event("b", 40), event("a", 50), event("b", 150),
+              event("a", 200)]
+    numbered = rule(NUMBERED, "numbered")
+
+    def run(batches: list[list[tuple[str, dict[str, Any]]]]) -> tuple[dict[str, int], Any]:
+        evaluator, mark, out = GroupEvaluator([numbered]), None, []
+        for batch in batches:
+            out += evaluator.process(batch, mark).emitted
+            mark = max(row["event_time"] for _, row in batch)  # the next batch's watermark
+        out += evaluator.process([], at(7200)).emitted
+        return {e.data["at"]: e.data["n"] for e in out}, evaluator.snapshot().rules.get("rule_numbered@1")
+
+    # The issue's case: one micro-batch, or one event per micro-batch.
+    issue = {"a@1": 1, "a@2": 2, "b@30": 1, "b@40": 2, "a@50": 3}
+    assert (run([stream[:5]])[0], run([[row] for row in stream[:5]])[0]) == (issue, issue)
+    whole, state = run([stream])
+    assert whole == {**issue, "b@150": 1, "a@200": 1}
+    assert state is None  # once the watermark has passed every count's lapse, nothing is kept
+    assert run([[row] for row in stream])[0] == whole
+    # A key's count waits in its state, with nothing else, until it lapses.
+    evaluator = GroupEvaluator([numbered])
+    evaluator.process(stream[:2], None)
+    evaluator.process([], at(30))
+    assert evaluator.snapshot().rules["rule_numbered@1"].keys == ['["a"]']
+    assert [e.data["n"] for e in evaluator.process(stream[4:5], at(40)).emitted + evaluator.process([], at(60)).emitted] == [3]
+    evaluator.process([], at(110))
+    assert "rule_numbered@1" not in evaluator.snapshot().rules
+
+
+def test_a_rule_without_match_number_keeps_nothing_once_its_matches_are_out() -> None:
+    sql = NUMBERED.replace("MATCH_NUMBER() AS n, ", "")
+    evaluator = GroupEvaluator([rule(sql, "plain")])
+    rows_ = [(orjson.dumps(["a"]).decode(), {"id": "x", "type": "up", "tenantid": "t", "event_time": at(1),
+                                             "data": {"k": "a"}})]
+    assert len(evaluator.process(rows_, None).emitted + evaluator.process([], at(30)).emitted) == 1
+    assert "rule_plain@1" not in evaluator.snapshot().rules
+
+
+def test_a_where_around_match_recognize_drops_matches_after_matching() -> None:
+    # Pairs of rows; the WHERE drops the pairs whose second price is low, and the search
+    # still goes on past them, as if their output had been made.
+    sql = """SELECT * FROM events MATCH_RECOGNIZE (PARTITION BY tenantid ORDER BY event_time
+      MEASURES FIRST(A.data.price) AS a, LAST(A.data.price) AS b PATTERN (A A) WITHIN INTERVAL '1' HOUR
+      DEFINE A AS TRUE) AS m WHERE m.b > 5 AND tenantid = 't1'"""
+    result = GroupEvaluator([rule(sql, "where")]).process(rows("t1", 1, 9, 2, 3, 4, 8) + rows("t2", 1, 9), at(600))
+    assert [(e.subject, e.data) for e in result.emitted] == [("t1", {"tenantid": "t1", "a": 1, "b": 9}),
+                                                             ("t1", {"tenantid": "t1", "a": 4, "b": 8})]

@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import pytest
 
-from tests.rules.streams import at, by_kind, kinds, prices, rule, run, spans, timed
+from tests.rules.streams import at, by_kind, json_round_trip, kinds, prices, rule, run, spans, timed
 from wayline.core.errors import GiveUp
 from wayline.rules import PartitionMatcher, parse_match_recognize
 
@@ -352,3 +352,75 @@ def test_match_end_is_its_last_row() -> None:
 def test_rows_may_carry_time_zone_naive_timestamps() -> None:
     rows = [{"t": (at(0) + timedelta(seconds=s)).replace(tzinfo=None), "kind": k} for s, k in [(0, "a"), (1, "b")]]
     assert spans(run(rule("A B", "A AS kind = 'a', B AS kind = 'b'"), rows)) == [(0, "A B")]
+
+
+def test_a_count_lapse_numbers_a_match_long_after_the_previous_one_afresh() -> None:
+    numbered = parse_match_recognize(rule("A B", by_kind("A B"), measures="MATCH_NUMBER() AS n"))
+    # Matches at 0-1 s, 3-4 s, then 10-11 s: 6 s after the previous match ended.
+    rows = [{**row, "t": at(seconds)} for row, seconds in zip(kinds("ababab"), (0, 1, 3, 4, 10, 11))]
+    forever = PartitionMatcher(numbered)
+    assert [m.measures["n"] for m in forever.feed(rows) + forever.finish()] == [1, 2, 3]
+    lapsing = PartitionMatcher(numbered, count_lapse=timedelta(seconds=6))
+    assert [m.measures["n"] for m in lapsing.feed(rows[:4])] == [1, 2]
+    # Nothing is kept but the count, which lapses 6 s after the last match's end.
+    assert (lapsing.size.total, lapsing.wake_at) == (0, lapsing.snapshot()["last_match"] + 6_000_000)
+    resumed = PartitionMatcher(numbered, lapsing.snapshot(), count_lapse=timedelta(seconds=6))
+    assert [m.measures["n"] for m in resumed.feed(rows[4:]) + resumed.finish()] == [1]
+    assert PartitionMatcher(numbered, lapsing.snapshot(), count_lapse=timedelta(seconds=7)).feed(rows[4:]) \
+        [0].measures["n"] == 3
+
+
+def test_further_order_by_columns_order_the_rows_of_one_time() -> None:
+    # Rows of one time, arriving out of their seq order: A then B only in seq order.
+    sql = rule("A B", by_kind("A B"), measures="A.id AS a, B.id AS b").replace("ORDER BY t", "ORDER BY t, seq")
+    spec = parse_match_recognize(sql)
+    rows = [{"t": at(0), "seq": seq, "kind": kind, "id": f"r{seq}"} for seq, kind in ((2, "b"), (1, "a"), (3, "b"))]
+    assert [dict(m.measures) for m in run(sql, rows)] == [{"a": "r1", "b": "r2"}]
+    # Without the column the rows keep their arrival order: b, a, b.
+    assert [dict(m.measures) for m in run(sql.replace("ORDER BY t, seq", "ORDER BY t"), rows)] == [
+        {"a": "r1", "b": "r3"}]
+    # The rows wait in order through a snapshot in plain data, and NULLs come last unless told.
+    matcher = PartitionMatcher(spec)
+    assert matcher.feed(rows[:2]) == []
+    resumed = PartitionMatcher(spec, json_round_trip(matcher.snapshot()))
+    assert [dict(m.measures) for m in resumed.feed(rows[2:]) + resumed.finish()] == [{"a": "r1", "b": "r2"}]
+    unnumbered = [{"t": at(0), "seq": 1, "kind": "b", "id": "r1"}, {"t": at(0), "seq": None, "kind": "a", "id": "r0"}]
+    assert run(sql, unnumbered) == []  # b, then a
+    first = sql.replace("ORDER BY t, seq", "ORDER BY t, seq NULLS FIRST")
+    assert [dict(m.measures) for m in run(first, unnumbered)] == [{"a": "r0", "b": "r1"}]
+
+
+def test_an_order_by_column_that_cannot_be_ordered_stops_the_rule() -> None:
+    sql = rule("A", "A AS TRUE").replace("ORDER BY t", "ORDER BY t, seq")
+    matcher = PartitionMatcher(parse_match_recognize(sql))
+    with pytest.raises(GiveUp, match=r"ORDER BY seq: cannot order by \{'n': 1\}"):
+        matcher.feed([{"t": at(0), "seq": {"n": 1}}])
+
+
+def test_scalar_functions_casts_and_timestampdiff_as_flink_evaluates_them() -> None:
+    sql = rule(
+        "A B",
+        "A AS ABS(A.v) > 2 AND LOWER(A.k) = 'x' AND COALESCE(A.n, 0) = 0, "
+        "B AS CAST(B.s AS DOUBLE) > 1.5 AND TIMESTAMPDIFF(SECOND, A.t, B.t) >= 90",
+        measures="MATCH_ROWTIME() AS rt, TIMESTAMPDIFF(MINUTE, FIRST(A.t), LAST(B.t)) AS minutes, "
+                 "TIMESTAMPDIFF(MINUTE, LAST(B.t), FIRST(A.t)) AS back, UPPER(B.k) AS k, "
+                 "TRY_CAST(B.k AS INT) AS bad, CAST(B.s AS BIGINT) AS whole, CAST(A.v AS STRING) AS text, "
+                 "TIMESTAMPDIFF(SECOND, CAST(A.when AS TIMESTAMP), B.t) AS since",
+    )
+    rows = [{"t": at(0), "v": -3, "k": "X", "s": "0", "n": None, "when": "2026-03-01T08:59:00+00:00"},
+            {"t": at(119), "v": 0, "k": "abc", "s": "2"}]
+    [match] = run(sql, rows)
+    # Whole units, toward zero either way: 119 s is one minute.
+    assert dict(match.measures) == {"rt": at(119), "minutes": 1, "back": -1, "k": "ABC", "bad": None, "whole": 2,
+                                    "text": "-3", "since": 179}
+    assert run(sql, [rows[0], {**rows[1], "t": at(89)}]) == []  # 89 s: not yet 90
+
+
+@pytest.mark.parametrize(("define", "error"), [
+    ("A AS CAST(A.s AS DOUBLE) > 1", r"cannot evaluate CAST\(A.s AS DOUBLE\) on 'abc'"),
+    ("A AS ABS(A.s) > 1", r"cannot evaluate ABS\(A.s\): ABS of 'abc'"),
+    ("A AS TIMESTAMPDIFF(SECOND, A.s, A.t) > 1", "'abc' and .* are not both timestamps"),
+])
+def test_a_function_on_a_value_of_the_wrong_type_stops_the_rule(define: str, error: str) -> None:
+    with pytest.raises(GiveUp, match=error):
+        run(rule("A", define), [{"t": at(0), "s": "abc"}])

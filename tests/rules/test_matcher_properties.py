@@ -11,7 +11,6 @@ variables, same measures.
 
 from __future__ import annotations
 
-import json
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,7 +21,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from tests.rules.streams import at
+from tests.rules.streams import at, json_round_trip
 from wayline.core.errors import RejectedInput
 from wayline.rules import PartitionMatcher, parse_match_recognize
 
@@ -459,8 +458,4 @@ def test_out_of_order_rows_within_the_watermark_agree_with_the_reference(case: C
     assert matcher.dropped == 0
 
 
-def json_round_trip(state: dict[str, Any]) -> dict[str, Any]:
-    """Through JSON, as a state store would keep it (times inside rows as ISO text and back)."""
-    text = json.dumps(state, default=lambda value: {"$time": value.isoformat()})
-    return json.loads(text, object_hook=lambda d: datetime.fromisoformat(d["$time"]) if "$time" in d else d)
 

@@ -106,8 +106,9 @@ def clause(text: str) -> str:
         "measures": "", "skip": "", "pattern": "A B+ C", "within": "", "rows": "ONE ROW PER MATCH",
         "define": "A AS A.v > 0, B AS B.v < PREV(B.v), C AS C.v > 0", "order": "ORDER BY t", "tail": "",
     }
-    key, _, value = text.partition("=")
-    base[key] = value
+    for change in text.split("&"):
+        key, _, value = change.partition("=")
+        base[key] = value
     return f"""SELECT * FROM events MATCH_RECOGNIZE (
   {base['order']}
   {'MEASURES ' + base['measures'] if base['measures'] else ''}
@@ -137,11 +138,19 @@ def clause(text: str) -> str:
     ("measures=A.v, B.v AS y", "MEASURES A.v: a measure needs a name (AS name)"),
     ("measures=A.v AS x, B.v AS x", "MEASURES x: the name is already taken by another output column"),
     ("measures=NEXT(A.v) AS x", "MEASURES x: NEXT() reads rows after the current one"),
-    ("measures=UPPER(A.name) AS x", "MEASURES x: function UPPER() is not supported (line 3, column"),
+    ("measures=REVERSE(A.name) AS x", "MEASURES x: function REVERSE() is not supported (line 3, column"),
+    # Named as written: the parser reads TIMESTAMPDIFF and DATEDIFF as one function.
+    ("define=A AS TIMESTAMPDIFF(MONTH, A.t, A.u) > 1", "DEFINE A: TIMESTAMPDIFF(MONTH, ...) is not supported; the "
+                                                      "unit is one of MICROSECOND, MILLISECOND, SECOND, MINUTE, HOUR, "
+                                                      "DAY, WEEK (months and years have no fixed length)"),
+    ("define=A AS DATEDIFF(SECOND, A.t, A.u) > 1", "DEFINE A: function DATEDIFF() is not supported (line 8, column 15)"),
+    ("define=A AS CAST(A.v AS DATE) IS NULL", "DEFINE A: CAST(A.v AS DATE) is not supported; cast to DOUBLE, BIGINT"),
+    ("define=A AS MATCH_ROWTIME() > A.t", "DEFINE A: MATCH_ROWTIME() is only supported in MEASURES"),
     ("rows=ALL ROWS PER MATCH", "ALL ROWS PER MATCH is not supported; use ONE ROW PER MATCH"),
-    ("order=ORDER BY t DESC", "MATCH_RECOGNIZE needs ORDER BY exactly one event-time column, ascending"),
-    ("order=ORDER BY t, id", "MATCH_RECOGNIZE needs ORDER BY exactly one event-time column, ascending"),
-    ("order=", "MATCH_RECOGNIZE needs ORDER BY exactly one event-time column, ascending"),
+    ("order=ORDER BY t DESC", "MATCH_RECOGNIZE needs ORDER BY the event-time column, ascending"),
+    ("order=ORDER BY t, id DESC", "ORDER BY id DESC: the columns after the event-time column order rows of one "
+                                  "time, ascending; DESC is not supported (line 2, column 15)"),
+    ("order=", "MATCH_RECOGNIZE needs ORDER BY the event-time column, ascending"),
     ("skip=TO FIRST A", "AFTER MATCH SKIP TO FIRST A: that row may be the match's first row"),
     ("skip=TO LAST A", "AFTER MATCH SKIP TO LAST A: that row may be the match's first row"),
     ("skip=TO FIRST X", "AFTER MATCH SKIP TO FIRST X: X does not appear in the PATTERN"),
@@ -150,7 +159,11 @@ def clause(text: str) -> str:
                                  "with unit one of MILLISECOND, SECOND, MINUTE, HOUR, DAY (line 7, column 19)"),
     ("within=INTERVAL '0' SECOND", "WITHIN INTERVAL '0' SECOND: the interval must be positive"),
     ("within=5 MINUTES", "WITHIN 5 MINUTES: expected an interval such as INTERVAL '5' MINUTE (line 7, column 3)"),
-    ("tail=WHERE m.x > 1", "WHERE is not supported in a MATCH_RECOGNIZE rule"),
+    ("tail=WHERE m.x > 1", "WHERE m.x: the WHERE around MATCH_RECOGNIZE reads its output columns, the PARTITION "
+                           "BY columns and measures (none); conditions on the events go in DEFINE (line 9, column 14)"),
+    ("measures=A.v AS x&tail=WHERE PREV(x) > 1", "WHERE: PREV(x) reads the match's rows; compute it in MEASURES"),
+    ("within=INTERVAL '5' DAY TO SECOND", "WITHIN: '5' is not a DAY TO SECOND interval ('d hh:mm:ss') (line 7, column 19)"),
+    ("skip=TO X", "AFTER MATCH SKIP TO LAST X: X does not appear in the PATTERN"),
 ])
 def test_unsupported_rules_are_rejected_precisely(change: str, message: str) -> None:
     with pytest.raises(RejectedInput) as raised:
@@ -207,3 +220,35 @@ def test_a_bare_name_is_a_column_even_when_a_variable_has_that_name() -> None:
 def test_within_inside_a_string_is_left_alone() -> None:
     spec = parse_match_recognize(rule("A", "A AS note = ') WITHIN '"))
     assert spec.within is None
+
+
+def test_order_by_may_go_on_after_the_event_time_column() -> None:
+    spec = parse_match_recognize(clause("order=ORDER BY t, data.seq, id NULLS FIRST"))
+    assert (spec.order_by, spec.then_by) == (("t",), ((("data", "seq"), False), (("id",), True)))
+    assert {("data", "seq"), ("id",)} <= spec.columns
+
+
+@pytest.mark.parametrize(("within", "length"), [
+    ("INTERVAL '0 00:00:05' DAY TO SECOND", timedelta(seconds=5)),
+    ("INTERVAL '1 02:03:04.5' DAY TO SECOND", timedelta(days=1, hours=2, minutes=3, seconds=4.5)),
+    ("INTERVAL '01:30' HOUR TO MINUTE", timedelta(hours=1, minutes=30)),
+    ("INTERVAL '2:05' MINUTE TO SECOND", timedelta(minutes=2, seconds=5)),
+])
+def test_within_takes_the_standard_s_day_time_spans(within: str, length: timedelta) -> None:
+    assert parse_match_recognize(clause(f"within={within}")).within == length
+
+
+def test_skip_to_a_variable_is_skip_to_its_last_row() -> None:
+    # Blanked out before parsing, so places after it are still where the user wrote them.
+    spec = parse_match_recognize(clause("skip=TO B"))
+    assert spec.skip == AfterMatchSkip(SkipTo.LAST, "B")
+    with pytest.raises(RejectedInput, match=r"\(line 8, column 15\)"):
+        parse_match_recognize(clause("skip=TO B&define=A AS FOO(A.v) > 1"))
+
+
+def test_a_where_around_match_recognize_tests_the_output_columns() -> None:
+    spec = parse_match_recognize(clause("measures=COUNT(B.*) AS n, LAST(B.v) AS low&tail=WHERE m.n >= 2 AND low < 0"))
+    assert spec.where == "m.n >= 2 AND low < 0"
+    assert [spec.keeps({"n": n, "low": low}) for n, low in ((2, -1), (1, -1), (3, 0), (3, None))] == [
+        True, False, False, False]
+    assert parse_match_recognize(clause("measures=A.v AS x")).keeps({"x": 1})  # no WHERE: every match

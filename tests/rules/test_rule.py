@@ -103,6 +103,19 @@ def test_bad_rules_are_rejected_with_a_message_that_points_at_the_problem(sql: s
     assert message in str(caught.value)
 
 
+@pytest.mark.parametrize("sql", [
+    "SELECT '${env:WAYLINE_STATE_DIR}' AS x FROM events",
+    "SELECT id FROM events WHERE data.path = '${system:user.home}'",
+    "SELECT tenantid, COUNT(*) AS n FROM events WHERE source <> '${spark.app.name}' "
+    "GROUP BY tenantid, window(event_time, '1 minute')",
+    """SELECT * FROM events MATCH_RECOGNIZE (PARTITION BY tenantid ORDER BY event_time MEASURES A.id AS a
+       PATTERN (A) WITHIN INTERVAL '1' MINUTE DEFINE A AS A.type = '${env:HOME}')""",
+])
+def test_variable_references_are_refused_wherever_they_are(sql: str) -> None:
+    with pytest.raises(RejectedInput, match=r"\$\{"):
+        compile_rule(sql)
+
+
 def test_a_partition_key_that_disagrees_with_the_sql_is_rejected() -> None:
     with pytest.raises(RejectedInput, match=r"partition_key: tenantid differs from the key the SQL states \(data.user\)"):
         compile_rule(LOGINS, (("tenantid",),))
@@ -189,3 +202,25 @@ def test_a_filter_rule_on_keys_with_quotes_runs_in_spark(spark) -> None:
     frame = spark.createDataFrame([(d,) for d in documents], "json string").select(F.parse_json("json").alias("data"))
     rows = frame.where(F.expr(spec.where)).select(*(F.expr(e).cast("string").alias(n) for n, e in spec.select)).collect()
     assert [row["it"] for row in rows] == ["2"]
+
+
+@pytest.mark.parametrize(("sql", "warned"), [
+    ("SELECT id FROM events WHERE data.a < data.b", ["data.a < data.b"]),
+    ("SELECT id FROM events WHERE (data.a) >= data.b OR data.c BETWEEN data.lo AND data.hi",
+     ["(data.a) >= data.b", "data.c BETWEEN data.lo AND data.hi"]),
+    # A number makes the path a DOUBLE; equality of text is equality; a cast says the type.
+    ("SELECT id FROM events WHERE data.a < 5 AND data.a = data.b AND data.c BETWEEN data.lo AND 9", []),
+    ("SELECT id FROM events WHERE TRY_CAST(data.a AS DOUBLE) < TRY_CAST(data.b AS DOUBLE)", []),
+    # The JVM's window aggregation reads data.* as filters do; the Python path (MIN of a
+    # string column stays there) and pattern rules compare the JSON's own values.
+    ("SELECT tenantid, COUNT(*) AS n FROM events WHERE data.a < data.b "
+     "GROUP BY tenantid, window(event_time, '1 minute')", ["data.a < data.b"]),
+    ("SELECT tenantid, MIN(type) AS n FROM events WHERE data.a < data.b "
+     "GROUP BY tenantid, window(event_time, '1 minute')", []),
+    ("SELECT * FROM events MATCH_RECOGNIZE (ORDER BY event_time MEASURES A.id AS i PATTERN (A) "
+     "WITHIN INTERVAL '1' MINUTE DEFINE A AS A.data.a < A.data.b)", []),
+])
+def test_data_paths_ordered_against_each_other_compile_with_a_warning(sql: str, warned: list[str]) -> None:
+    warnings = compile_rule(sql).warnings
+    assert [warning.split(": data.* paths")[0] for warning in warnings] == warned
+    assert all("compare as text ('10' < '9'); to compare numbers, write TRY_CAST(" in w for w in warnings)

@@ -41,3 +41,14 @@ def test_python_workers_fork_from_a_daemon_that_imported_the_rules_modules(spark
     facts = (spark.range(2, numPartitions=2)
              .mapInPandas(_worker_facts, "daemon string, rules_loaded boolean").collect())
     assert {(row.daemon, row.rules_loaded) for row in facts} == {(WORKER_DAEMON, True)}
+
+
+@pytest.mark.integration
+def test_variable_references_stay_literal_in_wayline_s_session(spark) -> None:
+    """Spark substitutes ${env:…}, ${system:…} and ${spark.…} in SQL text, literals included,
+    unless told not to: rule SQL must never read the job's environment or settings."""
+    from pyspark.sql import functions as F
+
+    literal = "${env:HOME}"
+    assert spark.sql(f"SELECT '{literal}' AS x").first()["x"] == literal
+    assert spark.range(1).select(F.expr("'${system:user.home}'").alias("x")).first()["x"] == "${system:user.home}"

@@ -10,6 +10,7 @@ from __future__ import annotations
 from fastapi import FastAPI
 
 from wayline.api import errors
+from wayline.api.bodies import BodyLimit
 from wayline.api.routers import (
     api_keys,
     attempts,
@@ -32,6 +33,7 @@ from wayline.registry.urls import Resolver, resolve
 
 def create_app(settings: Settings, database: Database, resolver: Resolver = resolve) -> FastAPI:
     app = FastAPI(title="Wayline admin API", version="1", description=__doc__)
+    app.add_middleware(BodyLimit, limit=settings.api.max_request_bytes)
     app.state.settings = settings
     app.state.database = database
     app.state.secret_box = SecretBox.from_settings(settings)

@@ -7,20 +7,18 @@ from datetime import timedelta
 from typing import Annotated, Any
 
 from fastapi import Depends, Header, Query, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel
 from sqlalchemy.orm import Session
 
+from wayline.api.authentication import Authentication
 from wayline.api.idempotency import create_once
-from wayline.core.errors import Unauthorized
 from wayline.core.settings import Settings
 from wayline.registry import api_key
 from wayline.registry.access import Caller
 from wayline.registry.db import Database
 from wayline.registry.endpoint import EndpointService
-
-_bearer = HTTPBearer(auto_error=False, description="an API key: `Authorization: Bearer wl_key_…`")
 
 
 def database(request: Request) -> Database:
@@ -35,14 +33,15 @@ def endpoint_service(request: Request) -> EndpointService:
     return request.app.state.endpoints
 
 
-def caller(
-    db: Annotated[Database, Depends(database)],
-    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
-) -> Caller:
-    if credentials is None:
-        raise Unauthorized("no API key: send `Authorization: Bearer <key>`")
-    with db.transaction() as session:
-        return api_key.authenticate(session, credentials.credentials)
+async def _identify(request: Request, presented: str) -> Caller:
+    def read() -> Caller:
+        with database(request).transaction() as session:
+            return api_key.authenticate(session, presented)
+
+    return await run_in_threadpool(read)
+
+
+caller = Authentication(_identify)
 
 
 class Paging:

@@ -17,6 +17,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
 from wayline.api import errors
+from wayline.api.bodies import BodyLimit
 from wayline.api.routers import events, topic_grants, topics, transactions
 from wayline.core.errors import RetryLater
 from wayline.core.settings import Settings
@@ -89,6 +90,7 @@ def mount(app: FastAPI, settings: Settings, database: Database) -> None:
 
 def create_messaging_app(settings: Settings, database: Database) -> FastAPI:
     app = FastAPI(title="Wayline messaging API", version="1", description=__doc__)
+    app.add_middleware(BodyLimit, limit=settings.messaging.max_request_bytes)
     app.state.settings = settings
     app.state.database = database
     errors.install(app)

@@ -8,16 +8,13 @@ from typing import Annotated, Any
 import orjson
 from fastapi import Depends, Header, Request, Response
 from fastapi.concurrency import run_in_threadpool
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from wayline.core.errors import Unauthorized
+from wayline.api.authentication import Authentication
 from wayline.messaging import access
 from wayline.messaging.errors import TooLarge
 from wayline.messaging.idempotency import Answer
 from wayline.messaging.service import Messaging
 from wayline.messaging.wire import ErrorOut, PublishOut
-
-_bearer = HTTPBearer(auto_error=False, description="an API key: `Authorization: Bearer wl_key_…`")
 
 EVENTS_BODY = {
     "requestBody": {
@@ -51,17 +48,16 @@ def messaging(request: Request) -> Messaging:
     return request.app.state.messaging
 
 
-async def permissions(
-    service: Annotated[Messaging, Depends(messaging)],
-    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
-) -> access.Permissions:
-    if credentials is None:
-        raise Unauthorized("no API key: send `Authorization: Bearer <key>`")
+async def _identify(request: Request, presented: str) -> access.Permissions:
+    authorizer = messaging(request).authorizer
     # A remembered key is answered on the event loop; only a database read needs a thread.
-    known = service.authorizer.remembered(credentials.credentials)
+    known = authorizer.remembered(presented)
     if known is not None:
         return known
-    return await run_in_threadpool(service.authorizer.permissions, credentials.credentials)
+    return await run_in_threadpool(authorizer.permissions, presented)
+
+
+permissions = Authentication(_identify)
 
 
 MessagingDep = Annotated[Messaging, Depends(messaging)]
@@ -77,6 +73,8 @@ def json_response(body: Any, status: int = 200, headers: dict[str, str] | None =
 
 
 async def read_body(request: Request, limit: int) -> bytes:
+    # The app's BodyLimit holds every body to its server's limit; `wayline serve` runs both APIs
+    # under the admin API's, so publishing keeps to the messaging one here.
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise TooLarge(f"the body is {int(declared)} bytes, over the limit of {limit} per request")

@@ -46,7 +46,7 @@ def inspect_view(counts: InspectCounts, input_rate: float, processed_rate: float
     for reason, count in per_reason.most_common():
         reasons.add_row(reason, f"{count:,}")
     if counts.truncated:
-        reasons.caption = f"{counts.truncated:,} too large for Kafka: copied as a reference to the original"
+        reasons.caption = f"{counts.truncated:,} too large for Kafka: the quarantine copy references the original"
     return Group(summary, types, reasons)
 
 

@@ -5,17 +5,26 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fastapi import FastAPI
+from fastapi import APIRouter, FastAPI, Request
 from fastapi.staticfiles import StaticFiles
 
+from wayline.core.errors import NotFound
 from wayline.registry.secrets import SecretBox
 
 from . import auth, customer, operator
 from .jobs import JobsWatch
-from .pages import PREFIX
+from .pages import PREFIX, ConsoleRoute
 from .session import Sessions
 
 STATIC = Path(__file__).parent / "static"
+
+# Included last: a console URL no page answers is a console page too, not the API's JSON.
+unknown = APIRouter(prefix=PREFIX, route_class=ConsoleRoute, include_in_schema=False)
+
+
+@unknown.api_route("/{path:path}", methods=["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"])
+def no_such_page(request: Request, path: str):
+    raise NotFound(f"the console has no page at {request.url.path}")
 
 
 def install(app: FastAPI) -> FastAPI:
@@ -27,7 +36,7 @@ def install(app: FastAPI) -> FastAPI:
     app.state.console_sessions = Sessions(box.fingerprint(b"wayline console sessions"), settings.console.session_ttl_s)
     app.state.console_jobs = JobsWatch(settings.console.metrics_timeout_s)
     app.mount(f"{PREFIX}/static", StaticFiles(directory=STATIC), name="console-static")
-    for router in (auth.router, customer.router, operator.router):
+    for router in (auth.router, customer.router, operator.router, unknown):
         app.include_router(router)
     return app
 

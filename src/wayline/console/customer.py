@@ -17,7 +17,7 @@ from fastapi.responses import HTMLResponse
 from wayline.api.routers import endpoint_actions
 from wayline.core.errors import RejectedInput
 from wayline.delivery.storage import attempt_log, dead_letter
-from wayline.registry import subscription
+from wayline.registry import catalog, subscription
 from wayline.registry.endpoint import EndpointIn, EndpointPatch, EndpointService, RotateIn
 from wayline.registry.filter import FilterLimits
 
@@ -136,10 +136,11 @@ def subscriptions(request: Request, who: ViewerDep, cursor: Cursor = None, endpo
     limit, max_limit = _page_size(request)
     with database_of(request).transaction() as session:
         found = subscription.list_(session, who.caller, cursor, limit, max_limit, endpoint_id)
-        # The create form's choice of endpoint: the first page is enough to pick from.
+        # The create form's choices of endpoint and event type: the first page is enough to pick from.
         choices = _service(request).list_(session, who.caller, None, max_limit, max_limit).data
+        types = catalog.list_event_types(session, who.caller, None, max_limit, max_limit)
     return render(request, "subscriptions.html", who, page=found, cursor=cursor, endpoint_id=endpoint_id,
-                  endpoints=choices)
+                  endpoints=choices, event_types=types)
 
 
 @router.post("/subscriptions")
@@ -150,7 +151,8 @@ def create_subscription(request: Request, who: ViewerDep, form: FormDep):
     except orjson.JSONDecodeError as exc:
         raise RejectedInput(f"filter: not JSON ({exc})") from exc
     body = subscription.SubscriptionIn.model_validate({
-        "endpoint_id": text(form, "endpoint_id") or "", "event_types": listed(form, "event_types"),
+        "endpoint_id": text(form, "endpoint_id") or "",
+        "event_types": checked(form, "event_types") + listed(form, "more_event_types"),
         "tenant_scope": text(form, "tenant_scope") or "all", "tenants": listed(form, "tenants"),
         "filter": content_filter, "mode": text(form, "mode") or "streaming",
         "max_count": text(form, "max_count"), "max_wait_ms": text(form, "max_wait_ms"),
@@ -172,20 +174,33 @@ def switch_subscription(request: Request, subscription_id: str, who: ViewerDep, 
 
 # ---- attempts and dead letters --------------------------------------------------------------------
 
+# The attempts list's outcome choices: by default the attempts only, since held-back
+# deliveries (not sent) can outnumber them by hundreds to one while an endpoint hangs.
+ATTEMPTS, EVERYTHING = "", "all"
+OUTCOMES = (ATTEMPTS, "succeeded", "failed", "held", EVERYTHING)
+# Held-back deliveries counted at most, for the note that says how many the list leaves out.
+HELD_COUNTED = 10_000
+
+
 @router.get("/attempts", response_class=HTMLResponse)
 def attempts(request: Request, who: ViewerDep, cursor: Cursor = None, endpoint_id: Cursor = None,
              outcome: Cursor = None, since: Cursor = None, until: Cursor = None, webhook_id: Cursor = None):
     limit, max_limit = _page_size(request)
-    if outcome not in (None, "", "succeeded", "failed", "held"):
-        raise RejectedInput("outcome: succeeded, failed or held")
+    outcome = outcome or ATTEMPTS
+    if outcome not in OUTCOMES:
+        raise RejectedInput("outcome: succeeded, failed, held or all")
+    chosen = {"endpoint_id": endpoint_id or None, "webhook_id": webhook_id or None,
+              "since": _since(since, "since"), "until": _since(until, "until")}
     with database_of(request).transaction() as session:
         found = attempt_log.list_attempts(
-            session, who.caller, endpoint_id=endpoint_id or None, webhook_id=webhook_id or None,
-            outcome=outcome or None, since=_since(since, "since"), until=_since(until, "until"),
-            cursor=cursor, limit=limit, max_limit=max_limit)
+            session, who.caller, **chosen, outcome=None if outcome in (ATTEMPTS, EVERYTHING) else outcome,
+            held=outcome != ATTEMPTS, cursor=cursor, limit=limit, max_limit=max_limit)
+        held = attempt_log.count_held(session, who.caller, **chosen, at_most=HELD_COUNTED) \
+            if outcome == ATTEMPTS else 0
     filters = {"endpoint_id": endpoint_id, "outcome": outcome, "since": since, "until": until,
                "webhook_id": webhook_id}
-    return render(request, "attempts.html", who, page=found, cursor=cursor, filters=filters)
+    return render(request, "attempts.html", who, page=found, cursor=cursor, filters=filters, held=held,
+                  held_capped=held >= HELD_COUNTED)
 
 
 @router.get("/dead-letters", response_class=HTMLResponse)

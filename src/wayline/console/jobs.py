@@ -1,10 +1,13 @@
 """What the jobs view shows: each job's Prometheus /metrics, read at the ports in settings.
 
 A job reports its queries' last progress (``wayline.core.progress``): input rate, last
-micro-batch duration and lag per Kafka topic. Where a job does not (an older build), the
-rate comes from its event counter between two readings (the console keeps each job's
-previous one; the page re-reads every few seconds) and the duration from its phase
-counters, averaged.
+micro-batch duration, micro-batches run and lag per Kafka topic. Where a job does not (an
+older build), the rate comes from its event counter between two readings (the console
+keeps each job's previous one; the page re-reads every few seconds), the count from its
+batch counter and the duration from its phase counters, averaged.
+
+The jobs are read at once, each with its own short timeout, through one HTTP client: the
+page waits for the slowest, not for their sum.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from threading import Lock
 
@@ -34,6 +38,7 @@ class JobSpec:
 
 PROGRESS_RATE = "wayline_query_input_rows_per_second"
 PROGRESS_BATCH = "wayline_query_batch_seconds"
+PROGRESS_BATCHES = "wayline_query_micro_batches"
 PROGRESS_LAG = "wayline_source_lag_records"
 
 JOBS = (
@@ -71,11 +76,16 @@ def by_label(samples: Samples, name: str, label: str) -> dict[str, float]:
     return dict(summed)
 
 
+UP, NOT_RUNNING, NOT_ANSWERING, UNKNOWN = "up", "not running", "not answering", "unknown"
+
+
 @dataclass(frozen=True)
 class JobStatus:
     name: str
     url: str | None
-    up: bool
+    state: str
+    """:data:`UP`, :data:`NOT_RUNNING` (nothing listens at its metrics address),
+    :data:`NOT_ANSWERING` (no usable answer) or :data:`UNKNOWN` (no address to ask)."""
     problem: str = ""
     events: float | None = None
     batches: float | None = None
@@ -84,6 +94,32 @@ class JobStatus:
     lag: dict[str, float] = field(default_factory=dict)
     samples: Samples = field(default_factory=dict)
 
+    @property
+    def up(self) -> bool:
+        return self.state == UP
+
+
+def _refused(exc: BaseException) -> bool:
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, ConnectionRefusedError):
+            return True
+        cause = cause.__cause__ or cause.__context__
+    return False
+
+
+def _unreachable(exc: Exception, url: str, timeout_s: float) -> tuple[str, str]:
+    """Why a job's metrics could not be read, in words (not the socket's errno)."""
+    if _refused(exc):
+        return NOT_RUNNING, f"nothing listens at {url}"
+    if isinstance(exc, httpx.TimeoutException):
+        return NOT_ANSWERING, f"cannot reach its metrics at {url}: no answer within {timeout_s:g} s"
+    if isinstance(exc, httpx.HTTPStatusError):
+        return NOT_ANSWERING, f"its metrics at {url} answered HTTP {exc.response.status_code}"
+    if isinstance(exc, ValueError):
+        return NOT_ANSWERING, f"its metrics at {url} are not Prometheus text"
+    return NOT_ANSWERING, f"cannot reach its metrics at {url}"
+
 
 class JobsWatch:
     """Reads the jobs' metrics; remembers the last reading of each to tell a rate."""
@@ -91,28 +127,34 @@ class JobsWatch:
     def __init__(self, timeout_s: float, clock: Callable[[], float] = time.monotonic) -> None:
         self._timeout_s = timeout_s
         self._clock = clock
+        # One client for every reading: each new one builds a TLS context first, a third
+        # of a second on a busy host, and the metrics are plain HTTP on the jobs' hosts.
+        self._http = httpx.Client(timeout=timeout_s, trust_env=False)
         self._last: dict[str, tuple[float, float]] = {}
         self._lock = Lock()
 
     def read(self, spec: JobSpec, settings: Settings) -> JobStatus:
         host, port = spec.address(settings)
         if port == 0:
-            return JobStatus(spec.name, None, False, "its metrics port is 0 (any free port): set one to see it here")
+            return JobStatus(spec.name, None, UNKNOWN, "its metrics port is 0 (any free port): set one to see it here")
         url = f"http://{host}:{port}/metrics"
         try:
-            answer = httpx.get(url, timeout=self._timeout_s)
+            answer = self._http.get(url)
             answer.raise_for_status()
             samples = parse(answer.text)
         except (httpx.HTTPError, ValueError) as exc:
-            return JobStatus(spec.name, url, False, f"not answering: {exc}")
-        events, batches = total(samples, spec.events), total(samples, spec.batches)
+            return JobStatus(spec.name, url, *_unreachable(exc, url, self._timeout_s))
+        events, counted = total(samples, spec.events), total(samples, spec.batches)
         seconds = total(samples, spec.batch_seconds)
         counted_rate = self._rate(spec.name, events)
         reported_rate = total(samples, PROGRESS_RATE)
+        # The count and the duration from the same source, the queries' progress, when there is one.
+        reported_batches = total(samples, PROGRESS_BATCHES)
         last_batch = max((value for _, value in samples.get(PROGRESS_BATCH, ())), default=None)
         return JobStatus(
-            spec.name, url, True, events=events, batches=batches,
-            batch_s=last_batch if last_batch is not None else seconds / batches if seconds is not None and batches
+            spec.name, url, UP, events=events,
+            batches=reported_batches if reported_batches is not None else counted,
+            batch_s=last_batch if last_batch is not None else seconds / counted if seconds is not None and counted
             else None,
             input_rate=reported_rate if reported_rate is not None else counted_rate,
             lag=by_label(samples, PROGRESS_LAG, "topic"), samples=samples,
@@ -130,7 +172,11 @@ class JobsWatch:
         return (events - before[1]) / (now - before[0])
 
     def read_all(self, settings: Settings) -> list[JobStatus]:
-        return [self.read(spec, settings) for spec in JOBS]
+        with ThreadPoolExecutor(len(JOBS), thread_name_prefix="console-jobs") as pool:
+            return list(pool.map(lambda spec: self.read(spec, settings), JOBS))
 
 
-__all__ = ["JOBS", "JobSpec", "JobStatus", "JobsWatch", "Samples", "by_label", "parse", "total"]
+__all__ = [
+    "JOBS", "NOT_ANSWERING", "NOT_RUNNING", "UNKNOWN", "UP", "JobSpec", "JobStatus", "JobsWatch", "Samples", "by_label",
+    "parse", "total",
+]

@@ -9,7 +9,6 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse
 
-from wayline.api.routers.reconciliations import window_out
 from wayline.recon import reconciliation, store
 from wayline.registry import catalog, customer, rule
 
@@ -90,7 +89,7 @@ def reconciliations(request: Request, who: ViewerDep, cursor: Cursor = None):
     who.caller.require_admin()
     with database_of(request).transaction() as session:
         found = reconciliation.list_(session, who.caller, cursor, *_limits(request))
-        windows = {r.id: [window_out(w) for w in store.windows(session, r.id, RECON_WINDOWS)] for r in found.data}
+        windows = {r.id: store.windows(session, r.id, RECON_WINDOWS) for r in found.data}
         missing = {r.id: store.missing_count(session, r.id) for r in found.data}
     return render(request, "reconciliations.html", who, page=found, cursor=cursor, windows=windows, missing=missing)
 

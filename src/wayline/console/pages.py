@@ -19,10 +19,11 @@ from starlette.datastructures import FormData
 from wayline.api.errors import STATUS
 from wayline.core.errors import RejectedInput, Unauthorized
 from wayline.core.settings import Settings
-from wayline.registry import api_key
+from wayline.registry import api_key, customer
 from wayline.registry.access import Caller
 from wayline.registry.db import Database
 
+from .formats import duration, http_status, time_span
 from .session import COOKIE, CSRF_FIELD, SessionData, Sessions, check_csrf
 
 PREFIX = "/console"
@@ -36,6 +37,7 @@ def link(path: str, query: dict[str, str | None] | None = None, **more: str | No
 
 
 templates.env.globals["link"] = link
+templates.env.filters.update(duration=duration, http_status=http_status, time_span=time_span)
 
 
 class SignInFirst(Unauthorized):
@@ -44,10 +46,11 @@ class SignInFirst(Unauthorized):
 
 @dataclass(frozen=True)
 class Viewer:
-    """Who is looking, and the CSRF token their forms carry."""
+    """Who is looking (``name``: the customer's, or "operator"), and the CSRF token their forms carry."""
 
     caller: Caller
     session: SessionData
+    name: str
 
     @property
     def csrf(self) -> str:
@@ -64,15 +67,19 @@ def current_session(request: Request) -> SessionData | None:
 
 def viewer(request: Request) -> Viewer:
     session = current_session(request)
-    if session is None or session.key_id is None:
+    if session is None or session.token is None:
         raise SignInFirst("not signed in")
     db: Database = request.app.state.database
     try:
         with db.transaction() as s:
-            caller = api_key.caller_of(s, session.key_id)
+            key_id = sessions(request).key_of(s, session)
+            if key_id is None:
+                raise SignInFirst("signed out, or the sign-in expired")
+            caller = api_key.caller_of(s, key_id)
+            name = "operator" if caller.customer_id is None else customer.get(s, caller, caller.customer_id).name
     except Unauthorized as exc:
         raise SignInFirst(str(exc)) from exc
-    return Viewer(caller, session)
+    return Viewer(caller, session, name)
 
 
 async def form_of(request: Request) -> FormData:
@@ -155,5 +162,5 @@ class ConsoleRoute(APIRoute):
 
 __all__ = [
     "ConsoleRoute", "FormDep", "PREFIX", "SignInFirst", "Viewer", "ViewerDep", "back_to", "current_session",
-    "database_of", "form_of", "link", "render", "set_session", "settings_of", "templates", "viewer",
+    "database_of", "form_of", "link", "render", "sessions", "set_session", "settings_of", "templates", "viewer",
 ]

@@ -1,5 +1,6 @@
-"""A streaming job's progress as Prometheus gauges: input rate, last micro-batch duration and,
-per Kafka topic, how many records the job is behind the latest offsets (its lag).
+"""A streaming job's progress as Prometheus gauges: input rate, last micro-batch duration, how
+many micro-batches it has run and, per Kafka topic, how many records the job is behind the
+latest offsets (its lag).
 
 Spark reports these in each query's last progress; this collector reads them at scrape
 time from whatever queries the job runs now (a job restarts its query on a new plan), so
@@ -56,6 +57,9 @@ class QueryProgress(Collector):
                                  labels=labels)
         duration = GaugeMetricFamily("wayline_query_batch_seconds", "Wall time of the last micro-batch",
                                      labels=labels)
+        batches = GaugeMetricFamily("wayline_query_micro_batches",
+                                    "Micro-batches run since the query's checkpoint began (last batch id + 1)",
+                                    labels=labels)
         lag = GaugeMetricFamily("wayline_source_lag_records",
                                 "Records behind the latest offsets, per Kafka topic, after the last micro-batch",
                                 labels=["query", "topic"])
@@ -66,9 +70,10 @@ class QueryProgress(Collector):
             name = str(progress.get("name") or "query")
             rate.add_metric([name], float(progress.get("inputRowsPerSecond") or 0.0))
             duration.add_metric([name], float((progress.get("batchDuration") or 0) / 1000))
+            batches.add_metric([name], float(int(progress.get("batchId") or 0) + 1))
             for topic, behind in sorted(topic_lag(progress).items()):
                 lag.add_metric([name, topic], behind)
-        yield from (rate, duration, lag)
+        yield from (rate, duration, batches, lag)
 
 
 class Collectors(Collector):

@@ -106,6 +106,11 @@ class SparkSettings(_Section):
 
 class EnvelopeSettings(_Section):
     max_bytes: int = Field(default=1024, gt=0, description="larger Kafka values are quarantined")
+    max_future_skew_s: float = Field(
+        default=300.0, gt=0,
+        description="an event whose time is further than this ahead of the clock is quarantined (future_time), and "
+                    "refused by the messaging API: it would move every watermark past every later event",
+    )
 
 
 class RegistrySettings(_Section):
@@ -135,6 +140,11 @@ class ApiSettings(_Section):
         default=65_536, ge=2, description="the data of a test event (POST /endpoints/{id}/test) at most this many bytes"
     )
     test_events_per_minute: int = Field(default=10, ge=1, description="test events one endpoint may be sent per minute")
+    max_request_bytes: int = Field(
+        default=4_194_304, ge=1,
+        description="largest request body of the admin API and the console (413 above it, unread): 4 MiB holds the "
+                    "largest body the API takes, 10,000 reference-table rows of about 400 bytes",
+    )
 
 
 class ConsoleSettings(_Section):
@@ -289,6 +299,12 @@ class RulesSettings(_Section):
     control_topic: str = Field(
         default="wayline.rules.control", description="compacted topic of rule definitions, keyed by rule name"
     )
+    control_max_poll_interval_s: float = Field(
+        default=300.0, ge=6,
+        description="the control topic's consumer leaves its group when not polled this long (librdkafka's "
+                    "max.poll.interval.ms; its session timeout is at most this, and at least the broker's 6 s): "
+                    "the job polls it at least three times as often, idle or not",
+    )
     version_poll_s: float = Field(
         default=1.0, gt=0,
         description="the rules version, and the versions of the reference tables join rules read, are read at most "
@@ -327,7 +343,12 @@ class MessagingSettings(_Section):
                     "and stable across its restarts (a restart then fences the old producers)",
     )
     max_batch_events: int = Field(default=1000, ge=1, description="events one publish request may carry")
-    max_request_bytes: int = Field(default=1_048_576, ge=1, description="largest publish request body")
+    max_request_bytes: int = Field(
+        default=1_048_576, ge=1,
+        description="largest request body of the messaging API (413 above it, unread; under `wayline serve` this "
+                    "bounds publishes and api.max_request_bytes the rest): 1 MiB holds a batch of 500 events of up "
+                    "to 1 KiB each (envelope.max_bytes) with half of it to spare",
+    )
     linger_ms: float = Field(default=5.0, ge=0, description="the producer waits this long to fill a batch")
     delivery_timeout_ms: int = Field(
         default=30_000, ge=1000, description="a record the broker has not acknowledged by then fails with its reason"

@@ -114,8 +114,9 @@ class DeliveryMetrics(Collector):
             CounterMetricFamily("wayline_events_filtered", "Valid events that matched no subscription",
                                 value=totals.filtered),
             quarantined,
-            CounterMetricFamily("wayline_batch_pairs_held", "Batch-mode pairs handed to the batching query to wait",
-                                value=totals.held),
+            CounterMetricFamily("wayline_batch_pairs_held",
+                                "Batch-mode pairs set aside to wait for their batch (the batching query's, or a "
+                                "sender process's open batches)", value=totals.held),
             CounterMetricFamily("wayline_micro_batches", "Micro-batches processed", value=totals.batches),
             GaugeMetricFamily("wayline_registry_version", "Registry version of the snapshot in use",
                               value=totals.registry_version),

@@ -16,6 +16,9 @@ import orjson
 from wayline.core.errors import RejectedInput
 
 VERSION = 1
+MAX_OFFSET = 2**63 - 1  # Kafka's offsets are signed 64-bit integers
+# Kafka's timestamps count milliseconds from the Unix epoch; an earlier one names no record.
+EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
 @dataclass(frozen=True)
@@ -38,7 +41,7 @@ class Cursor:
             raise RejectedInput("cursor: not a cursor this API returned") from exc
         if cursor.topic != topic:
             raise RejectedInput(f"cursor: it is a cursor of topic {cursor.topic}, not of {topic}")
-        if any(o < 0 for o in cursor.offsets.values()):
+        if any(not 0 <= o <= MAX_OFFSET for o in cursor.offsets.values()):
             raise RejectedInput("cursor: not a cursor this API returned")
         return cursor
 
@@ -62,6 +65,9 @@ class Start:
             ) from None
         if moment.tzinfo is None:
             moment = moment.replace(tzinfo=timezone.utc)
+        if moment < EPOCH:
+            raise RejectedInput(f"start: {text!r} is before 1970-01-01T00:00:00Z, where Kafka's timestamps begin; "
+                                "use earliest")
         return cls("time", int(moment.timestamp() * 1000))
 
 

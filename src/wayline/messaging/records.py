@@ -19,6 +19,7 @@ import orjson
 
 from wayline.core.envelope import Rejection, parse_record
 from wayline.core.errors import RejectedInput
+from wayline.core.settings import EnvelopeSettings
 from wayline.messaging.errors import NotJson, TooLarge
 from wayline.registry.catalog import OPERATIONAL_EVENT_TYPES
 
@@ -76,15 +77,15 @@ def read_body(body: bytes, max_events: int) -> tuple[list[Any], bool]:
     return decoded, True
 
 
-def check(events: Sequence[Any], max_bytes: int, schemas: Schemas) -> list[Outgoing | Refused]:
+def check(events: Sequence[Any], envelope: EnvelopeSettings, schemas: Schemas) -> list[Outgoing | Refused]:
     """Each event as it will be written, or refused with the reason."""
-    return [_check_one(index, event, max_bytes, schemas) for index, event in enumerate(events)]
+    return [_check_one(index, event, envelope, schemas) for index, event in enumerate(events)]
 
 
-def _check_one(index: int, event: Any, max_bytes: int, schemas: Schemas) -> Outgoing | Refused:
+def _check_one(index: int, event: Any, envelope: EnvelopeSettings, schemas: Schemas) -> Outgoing | Refused:
     value = orjson.dumps(event)
     name = f"event {index}" + (f" (id {event['id']!r})" if isinstance(event, dict) and "id" in event else "")
-    parsed = parse_record(value, max_bytes=max_bytes)
+    parsed = parse_record(value, max_bytes=envelope.max_bytes, max_future_skew_s=envelope.max_future_skew_s)
     if isinstance(parsed, Rejection):
         return Refused(index, str(parsed.reason), f"{name}: {parsed.detail}")
     if parsed.type in OPERATIONAL_EVENT_TYPES:

@@ -1,4 +1,9 @@
-"""Event types' JSON Schemas from the registry, re-read every few seconds, not per event."""
+"""Event types' JSON Schemas from the registry, re-read every few seconds, not per event.
+
+Each is compiled as registration checks it (``wayline.registry.event_schema``). One stored
+before that check that does not compile refuses the events of its type with the reason,
+and leaves every other type alone.
+"""
 
 from __future__ import annotations
 
@@ -7,10 +12,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from jsonschema import exceptions, validators
 from sqlalchemy import select
 
+from wayline.core.errors import RejectedInput
 from wayline.registry.db import Database
+from wayline.registry.event_schema import Validator, compile_schema, first_problem
 from wayline.registry.models import EventType
 
 
@@ -20,18 +26,16 @@ class SchemaCatalog:
         self._max_age_s = max_age_s
         self._clock = clock
         self._lock = threading.Lock()
-        self._validators: dict[str, Any] = {}
+        self._validators: dict[str, Validator | RejectedInput] = {}
         self._read_at: float | None = None
 
     def problem(self, event_type: str, data: Any) -> str | None:
         validator = self._current().get(event_type)
         if validator is None:
             return None
-        error = exceptions.best_match(validator.iter_errors(data))
-        if error is None:
-            return None
-        where = "".join(f"[{part!r}]" if isinstance(part, int) else f".{part}" for part in error.absolute_path)
-        return f"data{where}: {error.message}"
+        if isinstance(validator, RejectedInput):
+            return f"{validator}; an admin can replace it with PATCH /event-types/{event_type}"
+        return first_problem(validator, data)
 
     def _current(self) -> dict[str, Any]:
         with self._lock:
@@ -42,10 +46,16 @@ class SchemaCatalog:
                         select(EventType.name, EventType.json_schema).where(EventType.json_schema.is_not(None))
                     ).all()
                 # Rows written before the column stored "no schema" as SQL NULL hold JSON null.
-                self._validators = {name: validators.validator_for(schema)(schema)
-                                    for name, schema in rows if schema is not None}
+                self._validators = {name: _compiled(schema) for name, schema in rows if schema is not None}
                 self._read_at = now
             return self._validators
+
+
+def _compiled(schema: dict[str, Any]) -> Validator | RejectedInput:
+    try:
+        return compile_schema(schema)
+    except RejectedInput as exc:
+        return exc
 
 
 __all__ = ["SchemaCatalog"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from wayline.core.settings import MessagingSettings, Settings
+from wayline.core.settings import EnvelopeSettings, MessagingSettings, Settings
 from wayline.core.topics import ReservedTopics
 from wayline.messaging.access import Authorizer
 from wayline.messaging.idempotency import Answer, PublishLedger, fingerprint
@@ -24,7 +24,7 @@ BROKER_CODES = frozenset({"kafka", "timeout"})
 @dataclass
 class Messaging:
     settings: MessagingSettings
-    max_event_bytes: int
+    envelope: EnvelopeSettings
     publisher: Publisher
     known: KnownTopics
     transactions: TransactionPool
@@ -42,7 +42,7 @@ class Messaging:
         reserved = ReservedTopics.from_settings(settings)
         return cls(
             settings=m,
-            max_event_bytes=settings.envelope.max_bytes,
+            envelope=settings.envelope,
             publisher=Publisher(bootstrap, m.linger_ms, m.delivery_timeout_ms),
             known=KnownTopics(bootstrap),
             transactions=TransactionPool(bootstrap, m.instance_id, m.transaction_producers, m.transactions_per_key,
@@ -61,7 +61,7 @@ class Messaging:
 
         Everything that can be checked is checked before the broker is touched."""
         events, batch = read_body(body, self.settings.max_batch_events)
-        checked = check(events, self.max_event_bytes, self.schemas)
+        checked = check(events, self.envelope, self.schemas)
         self.known.require(topic)
         if idempotency_key is None:
             return _answer(self._write(key_id, topic, checked, transaction), batch), False

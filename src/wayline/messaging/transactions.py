@@ -206,7 +206,8 @@ class TransactionPool:
 
     def _slot_of(self, transaction_id: str) -> _Slot:
         parts = transaction_id.split(SEPARATOR)
-        if len(parts) != 3 or not parts[1].isdigit():
+        # isdigit alone takes digits of other scripts ("²", "٣"), which int() then refuses.
+        if len(parts) != 3 or not (parts[1].isascii() and parts[1].isdigit()):
             raise RejectedInput(f"transaction id {transaction_id!r} is not one this API returned")
         instance, index = parts[0], int(parts[1])
         if instance != self.instance:

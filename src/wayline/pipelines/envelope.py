@@ -5,6 +5,11 @@ module states them as JVM expressions so no row ever crosses into Python. The JS
 parsed once, with `from_json` and a fixed schema whose `data` field is a VARIANT, so
 rules and filters can read any `data.*` path without a per-type schema. The slower
 checks (`try_parse_json`, `schema_of_variant`) run only for rows already known to be bad.
+
+The clock an event's time is bounded by (``envelope.max_future_skew_s``) is
+``current_timestamp()``: in a streaming plan, the micro-batch's own timestamp, kept in its
+offset log, so a replayed micro-batch gives every record the verdict it had (inside
+``foreachBatch``, the time the batch's job runs).
 """
 
 from __future__ import annotations
@@ -19,6 +24,8 @@ from wayline.core.envelope import (
     BINARY_PREFIX,
     DETAIL_HEADER,
     DETAILS,
+    EARLIEST_TIME,
+    LATEST_TIME,
     REASON_HEADER,
     REQUIRED_ATTRIBUTES,
     SOURCE_OFFSET_HEADER,
@@ -30,9 +37,11 @@ from wayline.core.envelope import (
     TIME_PATTERN,
     TRUNCATED_HEADER,
     Reason,
+    future_detail,
     missing_detail,
     oversize_detail,
 )
+from wayline.core.settings import EnvelopeSettings
 
 _STRING_ATTRIBUTES = REQUIRED_ATTRIBUTES + (
     "subject", "time", "datacontenttype", "dataschema", TENANT, SUBTENANT,
@@ -52,7 +61,8 @@ def _header(name: str) -> Column:
     return F.try_element_at(matching, F.lit(1))["value"].cast("string")
 
 
-def _detail_of(reason: Column, size: Column, missing_names: Column, max_bytes: int) -> Column:
+def _detail_of(reason: Column, size: Column, missing_names: Column, max_bytes: int,
+               max_future_skew_s: float) -> Column:
     # Same texts as wayline.core.envelope builds; the parity test compares them.
     oversize_prefix, oversize_rest = oversize_detail(0, max_bytes).split("0", 1)
     detail = F.when(
@@ -61,26 +71,26 @@ def _detail_of(reason: Column, size: Column, missing_names: Column, max_bytes: i
     ).when(
         reason == Reason.MISSING_ATTRIBUTE.value,
         F.concat(F.lit(missing_detail([])), missing_names),
-    )
+    ).when(reason == Reason.FUTURE_TIME.value, F.lit(future_detail(max_future_skew_s)))
     for fixed, text in DETAILS.items():
         detail = detail.when(reason == fixed.value, F.lit(text))
     return detail
 
 
-def parse_events(kafka: DataFrame, *, max_bytes: int) -> DataFrame:
+def parse_events(kafka: DataFrame, envelope: EnvelopeSettings) -> DataFrame:
     """Add the envelope columns and, for records that are not events, `reason` and `detail`.
 
     `kafka` has the Kafka source's columns (read with `includeHeaders=true`). Good rows
     have `reason` NULL; bad rows keep their original key, value and headers intact.
     """
     frame = kafka
-    for step in _parse_steps(max_bytes):
+    for step in _parse_steps(envelope.max_bytes, envelope.max_future_skew_s):
         frame = step(frame)
     return frame
 
 
 @functools.cache
-def _parse_steps(max_bytes: int) -> tuple[Callable[[DataFrame], DataFrame], ...]:
+def _parse_steps(max_bytes: int, max_future_skew_s: float) -> tuple[Callable[[DataFrame], DataFrame], ...]:
     """The parse as steps over a frame, its Columns made once per process: a Column's
     lambda variables are named afresh each time one is made, and generated code that
     differs by those names is compiled again — every micro-batch, if made per micro-batch."""
@@ -117,10 +127,17 @@ def _parse_steps(max_bytes: int) -> tuple[Callable[[DataFrame], DataFrame], ...]
         any_missing = any_missing | F.col(name).isNull()
     reparsed = F.try_parse_json(text)
     # Only a time matching the reference's pattern is cast: Spark's cast alone takes "2025".
-    event_time = F.when(F.col("time").rlike(TIME_PATTERN), F.upper("time").try_cast("timestamp"))
+    instant = F.upper("time").try_cast("timestamp")
+    event_time = F.when(
+        F.col("time").rlike(TIME_PATTERN) & instant.between(F.lit(EARLIEST_TIME), F.lit(LATEST_TIME)), instant,
+    )
+    ahead = F.unix_micros(F.col("event_time")) - F.unix_micros(F.current_timestamp())
+    bad_header = F.exists("headers", lambda h: F.startswith(h["key"], F.lit(BINARY_PREFIX))
+                          & ~F.is_valid_utf8(h["value"].cast("string")))
     reason = (
         F.when(F.col("_size") == 0, F.lit(Reason.EMPTY.value))
         .when(F.col("_size") > max_bytes, F.lit(Reason.OVERSIZE.value))
+        .when(~F.is_valid_utf8(text) | (binary & bad_header), F.lit(Reason.NOT_UTF8.value))
         .when(
             any_missing,
             F.when(reparsed.isNull(), F.lit(Reason.NOT_JSON.value))
@@ -130,25 +147,31 @@ def _parse_steps(max_bytes: int) -> tuple[Callable[[DataFrame], DataFrame], ...]
         .when(binary & F.col("data").isNull(), F.lit(Reason.NOT_JSON.value))
         .when(F.col("specversion") != F.lit(SPEC_VERSION), F.lit(Reason.BAD_SPECVERSION.value))
         .when(F.col(TENANT).isNull(), F.lit(Reason.MISSING_TENANT.value))
-        .when(F.col("time").isNotNull() & event_time.isNull(), F.lit(Reason.BAD_TIME.value))
+        .when(F.col("time").isNotNull() & F.col("_time").isNull(), F.lit(Reason.BAD_TIME.value))
+        .when(ahead > F.lit(round(max_future_skew_s * 1_000_000)), F.lit(Reason.FUTURE_TIME.value))
     )
+    timed = [
+        *KAFKA_COLUMNS, *_STRING_ATTRIBUTES, "data", "_size", "_binary",
+        event_time.alias("_time"), F.coalesce(event_time, F.col("timestamp")).alias("event_time"),
+    ]
     checked = [
         *KAFKA_COLUMNS,
         *(name for name in _STRING_ATTRIBUTES if name != "time"),
         "data",
-        event_time.alias("time"),
-        F.coalesce(event_time, F.col("timestamp")).alias("event_time"),
+        F.col("_time").alias("time"),
+        "event_time",
         reason.alias("reason"),
         "_size",
         missing_names.alias("_missing"),
     ]
-    detailed = ["*", _detail_of(F.col("reason"), F.col("_size"), F.col("_missing"), max_bytes).alias("detail")]
+    detail = _detail_of(F.col("reason"), F.col("_size"), F.col("_missing"), max_bytes, max_future_skew_s)
     return (
         lambda frame: frame.select(*staged),
         lambda frame: frame.select(*unpacked).withColumnsRenamed(renamed),
         lambda frame: frame.select(*with_attributes),
+        lambda frame: frame.select(*timed),
         lambda frame: frame.select(*checked),
-        lambda frame: frame.select(*detailed).drop("_size", "_missing"),
+        lambda frame: frame.select("*", detail.alias("detail")).drop("_size", "_missing"),
     )
 
 
@@ -220,12 +243,6 @@ def quarantine_copy(quarantine_topic: str, max_bytes: int) -> Column:
     )
 
 
-def quarantine_records(parsed: DataFrame, quarantine_topic: str, max_bytes: int) -> DataFrame:
-    """The bad rows of ``parsed`` as :func:`quarantine_copy` makes them, one column each.
-    The Kafka sink does not take ``truncated``: drop it before writing."""
-    copy = quarantine_copy(quarantine_topic, max_bytes).alias("copy")
-    return parsed.where(F.col("reason").isNotNull()).select(copy).select("copy.*")
-
 @functools.cache
 def event_body() -> Column:
     """The structured-mode CloudEvent JSON an endpoint receives for an event, as bytes.
@@ -258,6 +275,5 @@ def event_body() -> Column:
 
 
 __all__ = [
-    "ENVELOPE_COLUMNS", "ENVELOPE_SCHEMA", "event_body", "parse_events", "quarantine_copy",
-    "quarantine_records", "valid_events",
+    "ENVELOPE_COLUMNS", "ENVELOPE_SCHEMA", "event_body", "parse_events", "quarantine_copy", "valid_events",
 ]

@@ -1,7 +1,8 @@
-"""`wayline run inspect`: read every event topic, parse, quarantine, count per type.
+"""`wayline run inspect`: read every event topic, parse, count per type and per quarantine reason.
 
 It proves the connector, the broker and the parser work together, and its counts are
-what the live terminal view shows.
+what the live terminal view shows. It writes nothing: the delivery job owns the
+quarantine copies of bad records (``docs/decisions.md``).
 """
 
 from __future__ import annotations
@@ -12,11 +13,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
 from wayline.core.settings import Settings
-from wayline.pipelines.envelope import parse_events
-from wayline.pipelines.source import read_kafka, write_quarantine
+from wayline.pipelines.envelope import parse_events, quarantine_copy
+from wayline.pipelines.source import read_kafka
 
 
 @dataclass
@@ -26,7 +28,8 @@ class InspectCounts:
     per_type: Counter[str] = field(default_factory=Counter)
     per_reason: Counter[str] = field(default_factory=Counter)
     truncated: int = 0
-    """Quarantine copies too large for Kafka, written as a reference to their original."""
+    """Bad records whose quarantine copy would be too large for Kafka: the delivery job
+    writes a reference to the original instead."""
     batches: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -61,14 +64,14 @@ def start_inspect(
     checkpoint: Path | None = None,
     available_now: bool = False,
 ) -> StreamingQuery:
+    copy = quarantine_copy(settings.kafka.quarantine_topic, settings.kafka.quarantine_max_bytes)
+
     def process(batch: DataFrame, _batch_id: int) -> None:
-        parsed = parse_events(batch, max_bytes=settings.envelope.max_bytes).persist()
-        try:
-            rows = [(r["reason"], r["type"], r["count"]) for r in parsed.groupBy("reason", "type").count().collect()]
-            truncated = write_quarantine(parsed, settings) if any(reason is not None for reason, _, _ in rows) else 0
-            counts.add(rows, truncated)
-        finally:
-            parsed.unpersist()
+        rows = parse_events(batch, settings.envelope).groupBy("reason", "type").agg(
+            F.count(F.lit(1)).alias("count"),
+            F.count_if(F.col("reason").isNotNull() & copy["truncated"]).alias("truncated"),
+        ).collect()
+        counts.add([(r["reason"], r["type"], r["count"]) for r in rows], sum(r["truncated"] for r in rows))
 
     writer = (
         read_kafka(spark, settings)

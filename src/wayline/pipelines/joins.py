@@ -21,8 +21,8 @@ deployed into the running job applies from the next micro-batch).
 Output: one CloudEvent per joined row (``wayline.pipelines.rule_output``), its id from the
 rule and the ids of the joined events (an event and its table row: the event's id), so a
 replayed micro-batch emits the same ids; ``subject`` the left side's join key, ``time`` and
-``tenantid`` the left event's. A query that fails is reported (``failures``); the rules
-job quarantines its rule.
+``tenantid`` the left event's. A query that fails, or that Spark refuses to start, is
+reported (``failures``); the rules job quarantines its rule, and the other rules run on.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from sqlalchemy.engine import make_url
 
 from wayline.core.settings import Settings
 from wayline.pipelines.envelope import parse_events, valid_events
+from wayline.pipelines.micro_batch import interrupted
 from wayline.pipelines.rule_output import output_record
 from wayline.pipelines.source import read_kafka, write_to_kafka
 from wayline.registry import reference
@@ -127,9 +128,21 @@ def _pinned(frame: DataFrame, condition: str | None) -> DataFrame:
     return frame.where(F.when(F.spark_partition_id() >= F.lit(0), F.expr(condition)))
 
 
+# A LEFT JOIN's conditions on the left side alone (``JoinSpec.left_on``), as a column.
+_MAY_MATCH = "_wayline_may_match"
+
+
 def _joined(left: DataFrame, right: DataFrame, spec: JoinSpec) -> DataFrame:
-    return _pinned(left.alias(spec.left), spec.left_where).join(
-        _pinned(right.alias(spec.right), spec.right_where), F.expr(spec.condition), _how(spec))
+    """The two sides joined as ``spec`` says. A LEFT JOIN's left-only ON conditions become a
+    boolean column of the left side, and the join condition reads that column: a stream-stream
+    join takes a comparison of one side's column with a constant in its condition (``v > 5``)
+    for a bound on that side's event time, and never drops, so never emits, its rows."""
+    condition = F.expr(spec.condition)
+    left = _pinned(left.alias(spec.left), spec.left_where)
+    if spec.left_on:
+        left = left.withColumn(_MAY_MATCH, F.expr(spec.left_on))
+        condition = condition & F.col(_MAY_MATCH)
+    return left.join(_pinned(right.alias(spec.right), spec.right_where), condition, _how(spec))
 
 
 def _records(joined: DataFrame, rule: ActiveRule, spec: JoinSpec) -> DataFrame:
@@ -151,7 +164,7 @@ def start_join(spark: SparkSession, settings: Settings, rule: ActiveRule, checkp
     spec = rule.compiled.join
     assert spec is not None
     events = valid_events(parse_events(read_kafka(spark, settings, starting_offsets=settings.rules.join_starting_offsets),
-                                       max_bytes=settings.envelope.max_bytes))
+                                       settings.envelope))
     events = events.where(~F.startswith(F.col("source"), F.lit(OUTPUT_SOURCE_PREFIX)))
     writer_name = f"wayline-join-{rule.name}"
     trigger = f"{int(settings.rules.trigger_interval_s * 1000)} milliseconds"
@@ -177,7 +190,8 @@ def _cause(error: str) -> str:
     """The line of a query's error that names its cause: the innermost Spark error class
     (the outer ones say only that a query or a foreachBatch failed), else the first line."""
     lines = [line.strip() for line in error.splitlines() if _ERROR_CLASS.search(line)]
-    return lines[-1] if lines else error.splitlines()[0]
+    # A parse error's text starts with an empty line.
+    return lines[-1] if lines else next((line.strip() for line in error.splitlines() if line.strip()), error)
 
 
 _ERROR_CLASS = re.compile(r"\[[A-Z][A-Z0-9_]+\]")
@@ -192,6 +206,7 @@ class JoinQueries:
         self._checkpoints = checkpoints
         self._tables = ReferenceTables(spark, settings, database)
         self._queries: dict[str, tuple[ActiveRule, StreamingQuery]] = {}
+        self._refused: dict[str, str] = {}  # rules whose query Spark would not start
 
     def sync(self, rules: list[ActiveRule]) -> None:
         wanted = {rule.state_key: rule for rule in rules}
@@ -202,14 +217,24 @@ class JoinQueries:
                 # A revision's checkpoint is never used again: a changed rule gets a new one.
                 shutil.rmtree(self._checkpoint(rule), ignore_errors=True)
         for state_key, rule in wanted.items():
-            if state_key not in self._queries:
-                self._queries[state_key] = (rule, start_join(
-                    self._spark, self._settings, rule, self._checkpoint(rule), self._tables))
+            if state_key in self._queries:
+                continue
+            try:
+                query = start_join(self._spark, self._settings, rule, self._checkpoint(rule), self._tables)
+            except Exception as exc:  # noqa: BLE001 - this rule is quarantined, the others go on
+                if interrupted(exc):
+                    raise
+                log.warning("join rule %s could not start: %s", rule.name, exc)
+                self._refused[state_key] = _cause(str(exc))
+                shutil.rmtree(self._checkpoint(rule), ignore_errors=True)
+                continue
+            self._queries[state_key] = (rule, query)
 
     def failures(self) -> dict[str, str]:
-        """The rules whose query stopped with an error (state key -> error); they are
-        forgotten here, so the next ``sync`` restarts them unless they are quarantined."""
-        failed = {}
+        """The rules whose query stopped with an error, or would not start (state key ->
+        error); they are forgotten here, so the next ``sync`` restarts them unless they are
+        quarantined."""
+        failed, self._refused = self._refused, {}
         for state_key, (_, query) in list(self._queries.items()):
             if not query.isActive:
                 error = query.exception()

@@ -70,10 +70,10 @@ OBSERVED = "wayline-matching"
 
 def slots_needed(source_partitions: int, settings: Settings, *, beside: int = 0) -> int:
     """Task slots the senders engine's queries need at once: the real-time matching
-    query's one per source partition (one in all with micro-batches, which take turns),
-    and one stage's tasks each for the ``beside`` other queries sharing the Spark
-    application (the retry query, the recon job)."""
-    matching = source_partitions if settings.delivery.matching_trigger == "realtime" else 1
+    query's one per source partition and a spare for the small jobs it runs beside them
+    (one in all with micro-batches, which take turns), and one stage's tasks each for the
+    ``beside`` other queries sharing the Spark application (the retry query, the recon job)."""
+    matching = source_partitions + 1 if settings.delivery.matching_trigger == "realtime" else 1
     return matching + settings.spark.shuffle_partitions * beside
 
 
@@ -145,7 +145,7 @@ def check_slots(spark: SparkSession, settings: Settings) -> None:
     if partitions + 1 > slots:
         raise ConfigError(
             f"the real-time matching query reads {partitions} Kafka partitions and holds a task slot for each, "
-            f"but Spark has {slots}: set spark.master to local[{slots_needed(partitions, settings, beside=1)}] (or "
+            f"but Spark has {slots}: set spark.master to local[{slots_needed(partitions, settings)}] (or "
             "give the cluster that many cores), or set delivery.matching_trigger = \"auto\" (micro-batches where "
             "the cores do not cover the partitions)"
         )
@@ -227,11 +227,6 @@ class MatchingJob:
     def registry_version(self) -> int | None:
         """The registry version the running matching query routes with."""
         return self._running_version
-
-    @property
-    def trigger(self) -> str:
-        """The matching query's trigger (chosen at :meth:`start` when ``auto``)."""
-        return self._settings.delivery.matching_trigger
 
     def _start_matching(self) -> StreamingQuery:
         live = self._holder.current()

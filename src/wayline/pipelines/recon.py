@@ -4,10 +4,11 @@ The query::
 
     Kafka (every reconciliation's topics, one pattern) -> parse once (JVM)
       -> per reconciliation and side: (reconciliation, side, id, source, time) read by
-         Spark SQL expressions (CloudEvents attributes or data.* paths); heartbeats once per bucket
+         Spark SQL expressions (CloudEvents attributes or data.* paths)
       -> packed in Arrow (``wayline.recon.packing``): per input batch, one row of lists per
          (reconciliation, bucket = hash(id) % recon.buckets), so few rows cross PySpark's
-         row-by-row input path of the stateful operator
+         row-by-row input path of the stateful operator; every bucket of a reconciliation
+         gets a heartbeat at the newest time of its records in the batch, so all share one clock
       -> ONE shuffle by (reconciliation, bucket)
       -> transformWithStateInPandas (processing-time mode) -> ReconProcessor: one
          ``wayline.recon.state.Bucket`` per key, live in its Python worker (the pairs that
@@ -157,7 +158,7 @@ def _time_ms(where: str) -> Column:
 
 def routed_records(events: DataFrame, specs: Sequence[ReconSpec], heartbeat_type: str, buckets: int) -> DataFrame:
     """(recon_id, side, id, source, time, bucket) per reconciliation a record belongs to; a
-    heartbeat once per bucket of its reconciliation, so it moves every bucket's clock."""
+    heartbeat once per reconciliation (``packing.clocked`` takes its time to every bucket)."""
     routes = []
     is_heartbeat = F.col("type") == F.lit(heartbeat_type)
     for spec in specs:
@@ -175,9 +176,8 @@ def routed_records(events: DataFrame, specs: Sequence[ReconSpec], heartbeat_type
         )))
     exploded = events.select(F.explode(F.array(*routes)).alias("r")).where(
         F.col("r").isNotNull() & F.col("r.id").isNotNull() & F.col("r.time").isNotNull()).select("r.*")
-    bucket = F.when(F.col("side") == F.lit("heartbeat"), F.sequence(F.lit(0), F.lit(buckets - 1))).otherwise(
-        F.array(F.pmod(F.xxhash64(F.col("id")), F.lit(buckets)).cast("int")))
-    return exploded.select("recon_id", "side", "id", "source", "time", F.explode(bucket).alias("bucket"))
+    return exploded.select("recon_id", "side", "id", "source", "time",
+                           F.pmod(F.xxhash64(F.col("id")), F.lit(buckets)).cast("int").alias("bucket"))
 
 
 # -- the stateful processor ----------------------------------------------------------------------
@@ -284,9 +284,11 @@ def _frame(rows: list[tuple[Any, ...]]) -> pd.DataFrame:
 
 def recon_stream(spark: SparkSession, settings: Settings, specs: Sequence[ReconSpec]) -> DataFrame:
     raw = read_kafka(spark, settings, topics_pattern(specs))
-    events = valid_events(parse_events(raw, max_bytes=settings.envelope.max_bytes))
+    events = valid_events(parse_events(raw, settings.envelope))
     routed = routed_records(events, specs, settings.recon.heartbeat_type, settings.recon.buckets)
-    packed = routed.mapInArrow(packing.pack, PACKED_SCHEMA)
+    buckets = settings.recon.buckets
+    packed = routed.mapInArrow(lambda batches: packing.pack(packing.clocked(b, buckets) for b in batches),
+                               PACKED_SCHEMA)
     return packed.groupBy("recon_id", "bucket").transformWithStateInPandas(
         statefulProcessor=ReconProcessor({spec.id: spec.periods for spec in specs}),
         outputStructType=OUTPUT_SCHEMA,

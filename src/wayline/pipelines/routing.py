@@ -81,7 +81,7 @@ def _audit(kind: str, record: Column, topic: str, outcome: str | None = None,
 
 def work_rows(batch: DataFrame, live: LiveSnapshot, settings: Settings) -> DataFrame:
     """Each record of ``batch`` (the Kafka source's columns) as its work units, one row each."""
-    parsed = parse_events(batch, max_bytes=settings.envelope.max_bytes)
+    parsed = parse_events(batch, settings.envelope)
     body = F.when(F.col("reason").isNull(), event_body())
     matched = with_subscriptions(parsed.select("*", body.alias("_body")), live.keys, live.routes)
     checked = settings.audit

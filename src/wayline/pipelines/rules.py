@@ -311,7 +311,7 @@ def _reading_every_column(branch: DataFrame) -> DataFrame:
 
 def rules_stream(spark: SparkSession, settings: Settings, key_specs: Sequence[str], dsn: str,
                  windows: Sequence[ActiveRule] = ()) -> DataFrame:
-    events = valid_events(parse_events(read_kafka(spark, settings), max_bytes=settings.envelope.max_bytes))
+    events = valid_events(parse_events(read_kafka(spark, settings), settings.envelope))
     # The rules' own output is an event stream too; reading it back could loop forever.
     events = events.where(~F.startswith(F.col("source"), F.lit(OUTPUT_SOURCE_PREFIX)))
     lateness_ms = int(settings.rules.allowed_lateness_s * 1000)

@@ -1,17 +1,13 @@
 """The one Kafka read every pipeline starts from (all event topics, by pattern), and the
-Kafka writes they share: any frame of records, and the quarantine."""
+Kafka write they share."""
 
 from __future__ import annotations
 
-import logging
 import re
 
 from pyspark.sql import DataFrame, SparkSession
 
 from wayline.core.settings import Settings
-from wayline.pipelines.envelope import quarantine_records
-
-_log = logging.getLogger(__name__)
 
 
 def event_topic_pattern(settings: Settings) -> str:
@@ -52,17 +48,4 @@ def write_to_kafka(frame: DataFrame, settings: Settings) -> None:
     frame.write.format("kafka").option("kafka.bootstrap.servers", settings.kafka_bootstrap()).save()
 
 
-def write_quarantine(parsed: DataFrame, settings: Settings) -> int:
-    """Copy the bad records of ``parsed`` (as ``parse_events`` makes it) to the quarantine
-    topic; returns how many copies were too large for Kafka and reference their original."""
-    records = quarantine_records(parsed, settings.kafka.quarantine_topic, settings.kafka.quarantine_max_bytes)
-    # A second pass over the bad rows only (``parsed`` is cached by every caller): an
-    # Observation on the Kafka write never reports, and its `get` waits for ever.
-    truncated = records.where("truncated").count()
-    write_to_kafka(records.drop("truncated"), settings)
-    if truncated:
-        _log.warning("%d quarantine copies were too large for Kafka and reference their original instead", truncated)
-    return truncated
-
-
-__all__ = ["delivered_topic_pattern", "event_topic_pattern", "read_kafka", "write_quarantine", "write_to_kafka"]
+__all__ = ["delivered_topic_pattern", "event_topic_pattern", "read_kafka", "write_to_kafka"]

@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 
 from wayline.core.errors import Conflict
 from wayline.registry.access import Caller, Page, owned, page
+from wayline.registry.event_schema import compile_schema
 from wayline.registry.models import EventType, Tenant
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,199}$"
@@ -44,6 +45,12 @@ class EventTypeIn(BaseModel):
     name: str = Field(pattern=NAME_PATTERN)
     description: str = Field(default="", max_length=2000)
     json_schema: dict[str, Any] | None = None
+
+
+class EventTypePatch(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    description: str | None = Field(default=None, max_length=2000)
+    json_schema: dict[str, Any] | None = Field(default=None, description="null: the type has no schema any more")
 
 
 class EventTypeOut(BaseModel):
@@ -89,6 +96,8 @@ def create_event_type(session: Session, caller: Caller, body: EventTypeIn) -> Ev
     caller.require_admin()
     if session.get(EventType, body.name) is not None:
         raise Conflict(f"event type {body.name} exists already")
+    if body.json_schema is not None:
+        compile_schema(body.json_schema)
     row = EventType(**body.model_dump())
     session.add(row)
     session.flush()
@@ -113,6 +122,22 @@ def list_event_types(session: Session, caller: Caller, cursor: str | None, limit
     return Page[EventTypeOut](data=[EventTypeOut.model_validate(r) for r in rows], next_cursor=next_cursor)
 
 
+def update_event_type(session: Session, caller: Caller, name: str, body: EventTypePatch) -> EventTypeOut:
+    """Change the description or the schema; publishers check events against a new schema within
+    ``messaging.schema_cache_s``."""
+    caller.require_admin()
+    row = owned(session, EventType, name, caller, "event type")
+    changes = body.model_dump(exclude_unset=True)
+    if changes.get("description") is None:
+        changes.pop("description", None)
+    if changes.get("json_schema") is not None:
+        compile_schema(changes["json_schema"])
+    for field, value in changes.items():
+        setattr(row, field, value)
+    session.flush()
+    return EventTypeOut.model_validate(row)
+
+
 def delete_event_type(session: Session, caller: Caller, name: str) -> None:
     caller.require_admin()
     row = owned(session, EventType, name, caller, "event type")
@@ -121,6 +146,7 @@ def delete_event_type(session: Session, caller: Caller, name: str) -> None:
 
 __all__ = [
     "ENDPOINT_DISABLED", "MESSAGE_DEAD_LETTERED", "OPERATIONAL_EVENT_TYPES",
-    "EventTypeIn", "EventTypeOut", "TenantIn", "TenantOut", "create_event_type", "delete_event_type",
-    "delete_tenant", "enter_event_type", "get_event_type", "get_tenant", "list_event_types", "list_tenants", "upsert_tenants",
+    "EventTypeIn", "EventTypeOut", "EventTypePatch", "TenantIn", "TenantOut", "create_event_type", "delete_event_type",
+    "delete_tenant", "enter_event_type", "get_event_type", "get_tenant", "list_event_types", "list_tenants", "update_event_type",
+    "upsert_tenants",
 ]

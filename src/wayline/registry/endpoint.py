@@ -3,6 +3,7 @@ the Standard Webhooks secrets that sign every request (several during a rotation
 
 from __future__ import annotations
 
+import re
 from datetime import datetime, timedelta, timezone
 from http import HTTPStatus
 from typing import Annotated, Any, Literal
@@ -21,6 +22,8 @@ from wayline.registry.models import Customer, Endpoint, SigningSecret, Subscript
 from wayline.registry.secrets import SecretBox
 from wayline.registry.urls import Resolver, check_endpoint_url, resolve
 
+_HEADER_TOKEN = re.compile(r"[\x21-\x7e]+")
+
 
 class NoAuth(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -38,6 +41,15 @@ class BearerAuth(BaseModel):
     model_config = ConfigDict(extra="forbid")
     kind: Literal["bearer"]
     token: SecretStr
+
+    @field_validator("token")
+    @classmethod
+    def _fits_a_header(cls, token: SecretStr) -> SecretStr:
+        # Refused now rather than at every send: a CR or LF would end the Authorization header.
+        if not _HEADER_TOKEN.fullmatch(token.get_secret_value()):
+            raise ValueError("must be visible ASCII characters, no spaces or line breaks: it is sent in the "
+                             "Authorization header")
+        return token
 
 
 class OAuth2Auth(BaseModel):

@@ -146,6 +146,18 @@ class IdempotentResponse(Base):
                                                  index=True)
 
 
+class ConsoleSession(Base):
+    """A signed-in console session. The cookie carries its token; the row, found by the
+    token's SHA-256, says whose it is and until when. Signing out deletes the row, so a
+    copy of the cookie stops working at once."""
+
+    __tablename__ = "console_sessions"
+    token_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    api_key_id: Mapped[str] = mapped_column(ForeignKey("api_keys.id", ondelete="CASCADE"), nullable=False)
+    created_at: Mapped[datetime] = _now()
+    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False, index=True)
+
+
 class TestEventSend(Base):
     """One test event sent to an endpoint (POST /endpoints/{id}/test), kept a minute for its rate limit."""
 
@@ -233,8 +245,8 @@ class Reconciliation(Base):
 VERSIONED_TABLES = ("customers", "tenants", "event_types", "endpoints", "signing_secrets", "subscriptions")
 
 __all__ = [
-    "ApiKey", "Base", "Customer", "Endpoint", "EventType", "IdempotentResponse", "Reconciliation", "ReconVersion",
-    "RegistryVersion", "Rule",
+    "ApiKey", "Base", "ConsoleSession", "Customer", "Endpoint", "EventType", "IdempotentResponse", "Reconciliation",
+    "ReconVersion", "RegistryVersion", "Rule",
     "RulesVersion",
     "SigningSecret", "TestEventSend", "Subscription", "Tenant", "VERSIONED_TABLES",
 ]

@@ -88,6 +88,11 @@ class RuleOut(BaseModel):
     revision: int
     created_at: datetime
     updated_at: datetime
+    warnings: list[str] = Field(
+        default_factory=list,
+        description="when the rule is created or its SQL changes: what it will do that the submitter may not expect "
+                    "(e.g. data.* paths compared with each other compare as text)",
+    )
 
 
 @dataclass(frozen=True)
@@ -191,7 +196,7 @@ def create(session: Session, caller: Caller, body: RuleIn, policy: RulePolicy) -
     except IntegrityError as exc:
         raise Conflict(f"name: a rule named {body.name} exists already") from exc
     session.refresh(row)
-    return RuleOut.model_validate(row)
+    return RuleOut.model_validate(row).model_copy(update={"warnings": list(compiled.warnings)})
 
 
 def get(session: Session, caller: Caller, rule_id: str) -> RuleOut:
@@ -217,11 +222,13 @@ def update(session: Session, caller: Caller, rule_id: str, body: RulePatch, poli
         if name in changes and changes[name] is None:
             raise RejectedInput(f"{name}: may not be null")
     restart = False
+    warnings: list[str] = []
     if "sql" in changes or "partition_key" in changes:
         sql = changes.get("sql", row.sql)
         # A partition key left out of the change follows the (possibly new) SQL.
         compiled = policy.compile(sql, changes.get("partition_key"))
         _check_reference(session, compiled)
+        warnings = list(compiled.warnings)
         new_key = [key_name(path) for path in compiled.partition_key]
         if sql != row.sql or new_key != list(row.partition_key) or compiled.kind.value != row.kind:
             row.sql, row.kind, row.partition_key = sql, compiled.kind.value, new_key
@@ -245,7 +252,7 @@ def update(session: Session, caller: Caller, rule_id: str, body: RulePatch, poli
         row.status, row.error = "running", None
     row.updated_at = datetime.now(timezone.utc)
     session.flush()
-    return RuleOut.model_validate(row)
+    return RuleOut.model_validate(row).model_copy(update={"warnings": warnings})
 
 
 def delete(session: Session, caller: Caller, rule_id: str) -> None:

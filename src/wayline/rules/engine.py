@@ -448,8 +448,11 @@ class GroupEvaluator:
         as barriers (or drop them) without a visit."""
         by_key = batch.by_key
         prefilter = rule.compiled.prefilter
-        if prefilter is None or rule.compiled.pattern.lookback:  # type: ignore[union-attr]
-            # Every row may start a match, or be read by PREV from a later match.
+        spec = rule.compiled.pattern
+        assert spec is not None
+        if prefilter is None or spec.lookback or spec.then_by:
+            # Every row may start a match, or be read by PREV from a later match (or the
+            # matcher orders a time's rows by ORDER BY's further columns, which a barrier does not).
             return {key: [batch.rows[index][1] for index in indexes] for key, indexes in by_key.items()}
         rows = batch.rows
         chosen = {rows[index][0] for index in batch.admitted(prefilter)}
@@ -612,7 +615,10 @@ def _pattern_step(rule: ActiveRule, keys: _RuleKeys, key: str, rows: list[Row], 
     matches = []
     if not isinstance(matcher, PartitionMatcher):
         frozen = matcher.snapshot() if matcher is not None else keys.stored(key)
-        matcher = PartitionMatcher(spec, frozen, reorder=True)
+        # A key's count of matches is kept WITHIN after its last match, and only for a rule
+        # that reads it: the state keeps no idle keys otherwise.
+        matcher = PartitionMatcher(spec, frozen, reorder=True,
+                                   count_lapse=spec.within if spec.numbers_matches else None)
         if frozen is not None and previous is not None:
             # The key was not visited while the watermark moved on (it waited for nothing):
             # catch up, so rows are judged late against the same watermark as if it had been.
@@ -621,6 +627,10 @@ def _pattern_step(rule: ActiveRule, keys: _RuleKeys, key: str, rows: list[Row], 
     matches.extend(matcher.feed(rows, watermark))
     out = []
     for match in matches:
+        if spec.where_test is not None and not spec.keeps(
+                {name: _measure_or_key(match.measures, rule.compiled.partition_key, key, name)
+                 for name in spec.output_names}):
+            continue
         first, last = match.first, match.last
         out.append(Emitted(
             rule=rule,
@@ -635,11 +645,13 @@ def _pattern_step(rule: ActiveRule, keys: _RuleKeys, key: str, rows: list[Row], 
         ))
     late = matcher.dropped - dropped
     size = matcher.size.total
-    if size == 0:
-        # Nothing kept: forget the key, so the state holds only keys with live searches.
+    wake = matcher.wake_at
+    if size == 0 and wake is None:
+        # Nothing kept: forget the key, so the state holds only keys with live searches
+        # (or a count of matches that MATCH_NUMBER() still reads until ``wake``).
         keys.forget(key)
     else:
-        keys.keep(key, matcher, size, matcher.wake_at)
+        keys.keep(key, matcher, size, wake)
     return out, late
 
 

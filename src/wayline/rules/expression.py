@@ -4,11 +4,16 @@ Nothing is evaluated from text: each supported node becomes a closure, and anyth
 rejected naming the construct and its line and column. Supported: literals (numbers,
 strings, TRUE/FALSE, NULL, INTERVAL), columns (``price``, ``A.price``, ``data.price``,
 ``A.data.price``), comparisons, ``+ - * / %``, AND/OR/NOT with SQL's three-valued logic,
-IS [NOT] NULL, BETWEEN, IN (list), CASE; row-pattern navigation ``PREV(x[, n])``,
+IS [NOT] NULL, BETWEEN, IN (list), CASE; ``ABS``, ``LOWER``, ``UPPER``, ``COALESCE``,
+``CAST``/``TRY_CAST`` to DOUBLE, BIGINT (and the other integer types), STRING, BOOLEAN or
+TIMESTAMP, ``TIMESTAMPDIFF(unit, t1, t2)`` (whole units from t1 to t2, as in Flink, for
+MILLISECOND, SECOND, MINUTE, HOUR, DAY, WEEK); row-pattern navigation ``PREV(x[, n])``,
 ``FIRST(v.x[, n])``, ``LAST(v.x[, n])``; aggregates ``COUNT SUM AVG MIN MAX`` over one
 variable (or over all rows of the match when unqualified); and in MEASURES also
-``MATCH_NUMBER()`` and ``CLASSIFIER()``. ``NEXT`` is refused: it reads rows a stream has
-not seen yet.
+``MATCH_NUMBER()``, ``CLASSIFIER()`` and ``MATCH_ROWTIME()`` (the ORDER BY time of the
+match's last row). ``NEXT`` is refused: it reads rows a stream has not seen yet. A
+function is named in messages as written (``TIMESTAMPDIFF``, not the parser's
+``DATEDIFF``) when the caller has marked the tree with ``mark_written_names``.
 
 Name resolution: a qualifier that is a pattern variable (case-insensitive, as the pattern's
 variables) makes the column that variable's; any other dotted name is a path into nested
@@ -33,12 +38,14 @@ this data and should be quarantined).
 from __future__ import annotations
 
 import operator
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+import orjson
 import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
@@ -117,12 +124,13 @@ class DefineFrame:
 class MatchView:
     """What a MEASURE reads: a finished match; ``rows_of[v]`` lists variable v's row numbers."""
 
-    __slots__ = ("base", "end", "labels", "number", "rows", "rows_of", "start", "variables")
+    __slots__ = ("base", "end", "labels", "number", "rows", "rows_of", "rowtime", "start", "variables")
 
     def __init__(
         self, rows: list[Row], base: int, start: int, labels: Sequence[int], number: int,
-        variables: tuple[str, ...],
+        variables: tuple[str, ...], rowtime: Any = None,
     ) -> None:
+        self.rowtime = rowtime  # the ORDER BY time of the match's last row
         self.rows = rows
         self.base = base
         self.start = start
@@ -149,6 +157,7 @@ class Measure:
     evaluate: Evaluator = field(compare=False, repr=False)
     lookback: int = 0
     columns: frozenset[ColumnPath] = frozenset()
+    numbered: bool = False  # reads MATCH_NUMBER()
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,7 +237,25 @@ def compile_measure(name: str, node: exp.Expression, variables: Sequence[str]) -
     check_nesting(node, f"MEASURES {name}")
     compiler = _Compiler(f"MEASURES {name}", index, "measure", None, None, columns)
     evaluate = compiler.compile(node)
-    return Measure(name, node.sql(dialect=DIALECT), evaluate, compiler.lookback, frozenset(columns))
+    return Measure(name, node.sql(dialect=DIALECT), evaluate, compiler.lookback, frozenset(columns),
+                   compiler.numbered)
+
+
+def compile_row_condition(node: exp.Expression, clause: str) -> Callable[[Row], Any]:
+    """A condition on one row of plain values by name (a pattern rule's output row), with
+    the operators and functions of DEFINE but nothing that reads a match's rows."""
+    check_nesting(node, clause)
+    for found in node.walk():
+        reads_match = isinstance(found, (exp.AggFunc, exp.First, exp.Last)) or (
+            isinstance(found, exp.Anonymous) and found.name.upper() in _MATCH_FUNCTIONS)
+        if reads_match:
+            raise RejectedInput(f"{clause}: {found.sql(dialect=DIALECT)} reads the match's rows; compute it in "
+                                f"MEASURES and test the measure here{located(found)}")
+    return _Compiler(clause, {}, "row", None, None, set()).compile(node)
+
+
+# What only DEFINE and MEASURES can evaluate: they read the rows of a match.
+_MATCH_FUNCTIONS = frozenset({"PREV", "NEXT", "MATCH_NUMBER", "CLASSIFIER", "MATCH_ROWTIME"})
 
 
 def check_nesting(tree: exp.Expression, clause: str) -> None:
@@ -244,9 +271,12 @@ def check_nesting(tree: exp.Expression, clause: str) -> None:
 
 
 def interval(node: exp.Interval, clause: str) -> timedelta:
-    """An INTERVAL literal (``INTERVAL '5' MINUTE``, ``INTERVAL '5 minutes'``) as a timedelta."""
+    """An INTERVAL literal (``INTERVAL '5' MINUTE``, ``INTERVAL '5 minutes'``, ``INTERVAL
+    '1 02:03:04.5' DAY TO SECOND``) as a timedelta."""
     unit = node.args.get("unit")
     text = node.this.name if isinstance(node.this, exp.Literal) else None
+    if isinstance(unit, exp.IntervalSpan) and text is not None:
+        return _interval_span(node, text, unit, clause)
     name = unit.name.upper().removesuffix("S") if isinstance(unit, exp.Var) else ""
     if text is None or name not in _UNITS:
         raise RejectedInput(
@@ -269,6 +299,37 @@ def interval(node: exp.Interval, clause: str) -> timedelta:
             f"{clause}: {text} {name.lower()}s is longer than a rule may wait "
             f"(at most {_LONGEST.days:,} days){located(node)}"
         ) from None
+
+
+# The fields of a day-time interval, in order, and what separates each from the one before.
+_SPAN_FIELDS = (("DAY", ""), ("HOUR", " "), ("MINUTE", ":"), ("SECOND", ":"))
+
+
+def _interval_span(node: exp.Interval, text: str, unit: exp.IntervalSpan, clause: str) -> timedelta:
+    """``INTERVAL '<d hh:mm:ss.f>' DAY TO SECOND`` and the other SQL standard spans
+    (``HOUR TO SECOND``: ``'hh:mm:ss'``, ``DAY TO HOUR``: ``'d hh'``, ...)."""
+    names = [name for name, _ in _SPAN_FIELDS]
+    first, last = unit.this.name.upper(), unit.expression.name.upper()
+    if first not in names or last not in names or names.index(first) >= names.index(last):
+        raise RejectedInput(f"{clause}: {node.sql(dialect=DIALECT)} is not supported; write e.g. INTERVAL "
+                            f"'0 00:00:05' DAY TO SECOND{located(node)}")
+    fields = _SPAN_FIELDS[names.index(first):names.index(last) + 1]
+    pattern = r"([+-])?" + "".join(
+        (re.escape(separator) if index else "") + (r"(\d+(?:\.\d*)?)" if name == "SECOND" else r"(\d+)")
+        for index, (name, separator) in enumerate(fields))
+    found = re.fullmatch(pattern, text.strip())
+    if found is None:
+        shape = "".join((separator if index else "") + {"DAY": "d", "HOUR": "hh", "MINUTE": "mm", "SECOND": "ss"}[name]
+                        for index, (name, separator) in enumerate(fields))
+        raise RejectedInput(f"{clause}: {text!r} is not a {first} TO {last} interval ('{shape}'){located(node)}")
+    sign, *amounts = found.groups()
+    try:
+        total = sum((_UNITS[name] * float(Decimal(amount)) for (name, _), amount in zip(fields, amounts, strict=True)),
+                    timedelta(0))
+    except OverflowError:
+        raise RejectedInput(f"{clause}: {text!r} is longer than a rule may wait (at most {_LONGEST.days:,} days)"
+                            f"{located(node)}") from None
+    return -total if sign == "-" else total
 
 
 class _SlotTable:
@@ -389,6 +450,7 @@ class _Compiler:
         # Whether a PREV reads back from another variable's row rather than the current one.
         self.prev_elsewhere = False
         self.reads_match = False
+        self.numbered = False  # MATCH_NUMBER() was met
         # In row mode: the single variable the argument's columns belong to (ANY if none).
         self.row_variable = ANY
 
@@ -418,6 +480,14 @@ class _Compiler:
             return _in(self.compile(node.this), [self.compile(item) for item in node.expressions])
         if isinstance(node, exp.Case):
             return self._case(node)
+        if isinstance(node, exp.Coalesce):
+            return _coalesce([self.compile(part) for part in (node.this, *node.expressions)])
+        if type(node) in _SCALARS:
+            return self._scalar(node)
+        if isinstance(node, exp.Cast):  # TRY_CAST too
+            return self._cast(node)
+        if isinstance(node, exp.DateDiff) and _written(node) == "TIMESTAMPDIFF":
+            return self._timestampdiff(node)
         if isinstance(node, (exp.First, exp.Last)):
             return self._navigation("FIRST" if isinstance(node, exp.First) else "LAST",
                                     node.this, node.expression, node)
@@ -548,13 +618,81 @@ class _Compiler:
                 f"{self.clause}: NEXT() reads rows after the current one, which a stream has not "
                 f"seen yet; it is not supported{located(node)}"
             )
-        if name in ("MATCH_NUMBER", "CLASSIFIER") and not arguments:
+        if name in ("MATCH_NUMBER", "CLASSIFIER", "MATCH_ROWTIME") and not arguments:
             if self.mode != "measure":
                 raise RejectedInput(f"{self.clause}: {name}() is only supported in MEASURES{located(node)}")
             if name == "MATCH_NUMBER":
+                self.numbered = True
                 return lambda view: view.number
+            if name == "MATCH_ROWTIME":
+                return lambda view: view.rowtime
             return lambda view: view.variables[view.labels[-1]]
         raise self._unsupported(node)
+
+    def _scalar(self, node: exp.Expression) -> Evaluator:
+        name, apply, accepts = _SCALARS[type(node)]
+        inner = self.compile(node.this)
+        failure = f"{self.clause}: cannot evaluate {self._text(node)}"
+
+        def scalar(env: Any) -> Any:
+            value = inner(env)
+            if value is None:
+                return None
+            if not accepts(value):
+                raise GiveUp(f"{failure}: {name} of {value!r}")
+            return apply(value)
+        return scalar
+
+    def _cast(self, node: exp.Cast) -> Evaluator:
+        target = node.to.this
+        convert = next((convert for types, convert in _CASTS if target in types), None)
+        if convert is None:
+            raise RejectedInput(
+                f"{self.clause}: {self._text(node)} is not supported; cast to DOUBLE, BIGINT, INT, STRING, "
+                f"BOOLEAN or TIMESTAMP{located(node)}"
+            )
+        inner = self.compile(node.this)
+        failure = f"{self.clause}: cannot evaluate {self._text(node)}"
+        safe = isinstance(node, exp.TryCast)
+
+        def cast(env: Any) -> Any:
+            value = inner(env)
+            if value is None:
+                return None
+            try:
+                return convert(value)
+            except (TypeError, ValueError, OverflowError) as exc:
+                if safe:
+                    return None
+                raise GiveUp(f"{failure} on {value!r}: {exc}") from exc
+        return cast
+
+    def _timestampdiff(self, node: exp.DateDiff) -> Evaluator:
+        unit = node.args.get("unit")
+        name = unit.name.upper() if isinstance(unit, (exp.Var, exp.Column)) else ""
+        step = _DIFF_UNITS.get(name.removesuffix("S"))
+        if step is None:
+            raise RejectedInput(
+                f"{self.clause}: TIMESTAMPDIFF({name or '?'}, ...) is not supported; the unit is one of "
+                f"{', '.join(_DIFF_UNITS)} (months and years have no fixed length){located(node)}"
+            )
+        start, end = self.compile(node.expression), self.compile(node.this)
+        failure = f"{self.clause}: cannot evaluate {_written(node)}(...)"
+
+        def difference(env: Any) -> Any:
+            first = start(env)
+            if first is None:
+                return None
+            last = end(env)
+            if last is None:
+                return None
+            if not isinstance(first, datetime) or not isinstance(last, datetime):
+                raise GiveUp(f"{failure}: {first!r} and {last!r} are not both timestamps "
+                             "(CAST(... AS TIMESTAMP) reads one from text)")
+            micros = _micros(last) - _micros(first)
+            # Whole units, truncated toward zero.
+            return micros // step if micros >= 0 else -(-micros // step)
+        return difference
 
     def _navigation(self, kind: str, argument: exp.Expression, offset_node: exp.Expression | None,
                     node: exp.Expression) -> Evaluator:
@@ -688,13 +826,114 @@ class _Compiler:
         if isinstance(node, exp.Anonymous):
             what = f"function {node.name.upper()}()"
         elif isinstance(node, exp.Func):
-            what = f"function {node.sql_name()}()"
+            what = f"function {_written(node)}()"
         else:
             what = self._text(node)
         return RejectedInput(f"{self.clause}: {what} is not supported{located(node)}")
 
 
 _NOT_CONSTANT = object()
+_WRITTEN = "written"
+
+
+def mark_written_names(tree: exp.Expression, sql: str) -> None:
+    """Note on each function node of ``tree``, parsed from ``sql``, its name as written:
+    the parser reads several names as one node (``TIMESTAMPDIFF`` and ``DATEDIFF`` as
+    ``DateDiff``), and both a message and what is supported go by what the user wrote."""
+    for node in tree.find_all(exp.Func):
+        meta = node.meta
+        if "start" in meta and "end" in meta:
+            meta[_WRITTEN] = sql[meta["start"]:meta["end"] + 1].upper()
+
+
+def _written(node: exp.Expression) -> str:
+    written = node.meta.get(_WRITTEN)
+    return written if isinstance(written, str) and written.isidentifier() else node.sql_name()
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+# ABS, LOWER, UPPER: (name, what it does, which values it takes).
+_SCALARS: dict[type[exp.Expression], tuple[str, Callable[[Any], Any], Callable[[Any], bool]]] = {
+    exp.Abs: ("ABS", abs, _number),
+    exp.Lower: ("LOWER", str.lower, lambda value: isinstance(value, str)),
+    exp.Upper: ("UPPER", str.upper, lambda value: isinstance(value, str)),
+}
+
+_EPOCH = datetime(1970, 1, 1)
+_EPOCH_UTC = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_MICROSECOND = timedelta(microseconds=1)
+
+
+def _micros(value: datetime) -> int:
+    """Epoch microseconds; a time without a zone is UTC, as the matcher reads event times."""
+    return (value - (_EPOCH if value.tzinfo is None else _EPOCH_UTC)) // _MICROSECOND
+
+
+_DIFF_UNITS = {
+    "MICROSECOND": 1, "MILLISECOND": 1_000, "SECOND": 1_000_000, "MINUTE": 60_000_000, "HOUR": 3_600_000_000,
+    "DAY": 86_400_000_000, "WEEK": 604_800_000_000,
+}
+
+
+def _to_double(value: Any) -> float:
+    if isinstance(value, (bool, int, float)):
+        return float(value)
+    if isinstance(value, str):
+        return float(value.strip())
+    raise TypeError(f"{type(value).__name__} is not a number")
+
+
+def _to_integer(value: Any) -> int:
+    if isinstance(value, (bool, int)):
+        return int(value)
+    if isinstance(value, float):
+        return int(value)  # toward zero, as Spark and Flink cast
+    if isinstance(value, str):
+        return int(value.strip())
+    raise TypeError(f"{type(value).__name__} is not a number")
+
+
+def _to_string(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, datetime):
+        return value.isoformat(sep=" ")
+    if isinstance(value, (dict, list)):
+        return orjson.dumps(value).decode()
+    return str(value)
+
+
+def _to_boolean(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if _number(value):
+        return value != 0
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    raise ValueError("not true or false")
+
+
+def _to_timestamp(value: Any) -> datetime:
+    if isinstance(value, datetime):
+        return value
+    if isinstance(value, str):
+        return datetime.fromisoformat(value.strip())
+    raise TypeError(f"{type(value).__name__} is not a timestamp")
+
+
+_CASTS: tuple[tuple[frozenset[exp.DataType.Type], Callable[[Any], Any]], ...] = (
+    (frozenset({exp.DataType.Type.DOUBLE, exp.DataType.Type.FLOAT}), _to_double),
+    (frozenset({exp.DataType.Type.BIGINT, exp.DataType.Type.INT, exp.DataType.Type.SMALLINT,
+                exp.DataType.Type.TINYINT}), _to_integer),
+    (frozenset({exp.DataType.Type.VARCHAR, exp.DataType.Type.TEXT, exp.DataType.Type.CHAR,
+                exp.DataType.Type.NVARCHAR, exp.DataType.Type.NCHAR}), _to_string),
+    (frozenset({exp.DataType.Type.BOOLEAN}), _to_boolean),
+    (frozenset({exp.DataType.Type.TIMESTAMP, exp.DataType.Type.TIMESTAMPTZ, exp.DataType.Type.TIMESTAMPLTZ,
+                exp.DataType.Type.TIMESTAMPNTZ}), _to_timestamp),
+)
 
 
 def _literal_value(node: exp.Expression) -> Any:
@@ -877,6 +1116,16 @@ def _not(inner: Evaluator) -> Evaluator:
     return negation
 
 
+def _coalesce(parts: list[Evaluator]) -> Evaluator:
+    def coalesce(env: Any) -> Any:
+        for part in parts:
+            value = part(env)
+            if value is not None:
+                return value
+        return None
+    return coalesce
+
+
 def _in(value: Evaluator, items: list[Evaluator]) -> Evaluator:
     def contained(env: Any) -> Any:
         subject = value(env)
@@ -907,8 +1156,10 @@ __all__ = [
     "MAX_NESTING",
     "check_nesting",
     "compile_defines",
+    "compile_row_condition",
     "compile_measure",
     "interval",
     "located",
+    "mark_written_names",
     "parse_statements",
 ]

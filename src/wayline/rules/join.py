@@ -10,8 +10,9 @@ Two forms, each one SELECT with one JOIN (``JOIN``/``INNER JOIN`` or ``LEFT [OUT
   columns NULL).
 - *interval join* — ``FROM events a JOIN events b ON <a's expression> = <b's expression>
   AND b.event_time BETWEEN a.event_time [± INTERVAL ...] AND a.event_time + INTERVAL ...``
-  (or the same bound as ``>=``/``>`` and ``<=``/``<``): pairs of events with equal keys whose
-  times lie within the bound, as Flink's interval join. Both sides read the event topics;
+  (or the same bound as ``>=``/``>`` and ``<=``/``<``, each end closed or open as written):
+  pairs of events with equal, non-NULL keys whose times lie within the bound, as Flink's
+  interval join. Both sides read the event topics;
   ``a.type = 'order'`` or ``b.topic = '...'`` picks the event type or topic of a side. A
   LEFT JOIN also emits each ``a`` event no ``b`` met, with ``b``'s columns NULL, once the
   watermark has passed the end of its interval. The bound is the rule's time bound: an
@@ -21,8 +22,16 @@ Columns are qualified by the side's alias (``e.id``, ``a.data.amount``, ``r.key`
 read as in filter rules (``data.*`` typed by its use, NULL when it does not convert). The
 rule compiles to Spark SQL (``JoinSpec``), its conditions sorted by the side they read:
 the job filters each side's events before the join (a LEFT JOIN's ON conditions on ``a``
-alone are part of the join: they decide matches, not which ``a`` events are kept), joins
-on the rest of ON, and applies the rest of WHERE after the join.
+alone, ``left_on``, are part of the join: they decide matches, not which ``a`` events are
+kept), joins on the rest of ON, and applies the rest of WHERE after the join.
+
+An interval join runs as Spark's stream-stream join, which differs from a batch join in two
+ways the compiled rule makes up for, so that the stream gives the pairs the batch plan
+gives. It pairs NULL keys (its state matches a NULL with a NULL), so each key equality
+brings ``IS NOT NULL`` on both of its sides. And it reads a comparison in the join
+condition of one side's column with a constant as a bound on that side's event time, so a
+LEFT JOIN's ``a``-only condition there (``a.data.v > 5``) would keep its ``a`` events for
+ever, never emitted; ``left_on`` is therefore evaluated as a column of ``a`` before the join.
 """
 
 from __future__ import annotations
@@ -73,9 +82,13 @@ class JoinSpec:
     where: str | None  # what of WHERE reads both sides, or the right side of a LEFT JOIN
     left_where: str | None  # conditions on the left side alone, applied before the join
     right_where: str | None  # conditions on the right side alone, applied before the join
+    # A LEFT JOIN's ON conditions on the left side alone: a left event that fails them
+    # matches nothing and is kept, unmatched.
+    left_on: str | None
     key: str  # the left side's key expression: the output's subject
     select: tuple[tuple[str, str], ...]
-    # INTERVAL: b.event_time lies in [a.event_time + lower, a.event_time + upper].
+    # INTERVAL: b.event_time lies between a.event_time + lower and a.event_time + upper
+    # (each end included or not as the rule says; ``condition`` holds the comparisons).
     lower: timedelta | None = None
     upper: timedelta | None = None
 
@@ -121,31 +134,39 @@ def compile_join(statement: exp.Select) -> JoinSpec:
         _check_qualified(path, node, sides)
     conjuncts = _conjuncts(on)
     bounds: list[str] = []
+    lower = upper = None
     if interval_join:
-        bound, key, lower, upper = _interval_bound(conjuncts, left, right)
+        bound, key, start, end = _interval_bound(conjuncts, left, right)
         conjuncts = [c for c in conjuncts if c not in bound]
-        bounds = [f"`{right}`.`{EVENT_TIME}` >= `{left}`.`{EVENT_TIME}` + {_spark_interval(lower)}",
-                  f"`{right}`.`{EVENT_TIME}` <= `{left}`.`{EVENT_TIME}` + {_spark_interval(upper)}"]
+        bounds = [f"`{right}`.`{EVENT_TIME}` {'>' if start.strict else '>='} `{left}`.`{EVENT_TIME}` + "
+                  f"{_spark_interval(start.offset)}",
+                  f"`{right}`.`{EVENT_TIME}` {'<' if end.strict else '<='} `{left}`.`{EVENT_TIME}` + "
+                  f"{_spark_interval(end.offset)}"]
+        lower, upper = start.offset, end.offset
         table = None
     else:
         key = _table_key(conjuncts, left, right)
         for node in on.walk():
             if isinstance(node, exp.Interval):
                 raise RejectedInput(f"ON: INTERVAL has no use in a join with a reference table{located(node)}")
-        lower = upper = None
         table = right_table.name
     where = statement.args.get("where")
     if where is not None and where.find(exp.Interval):
         raise RejectedInput(f"WHERE: the time bound of an interval join goes in ON{located(where)}")
-    split: dict[str, list[exp.Expression]] = {"left": [], "right": [], "on": [], "after": []}
+    split: dict[str, list[exp.Expression]] = {"left": [], "right": [], "on": [], "after": [], "left_on": []}
     for conjunct in conjuncts:
         read = _aliases(conjunct)
         if read == {right}:
             split["right"].append(conjunct)
-        elif read == {left} and not outer:
-            split["left"].append(conjunct)
+        elif read == {left}:
+            split["left_on" if outer else "left"].append(conjunct)
         else:
             split["on"].append(conjunct)
+        pair = _equated(conjunct, left, right) if interval_join else None
+        if pair is not None:
+            # Spark's stream-stream join would pair a NULL key with a NULL key.
+            split["left_on" if outer else "left"].append(_not_null(pair[0]))
+            split["right"].append(_not_null(pair[1]))
     for conjunct in _conjuncts(where.this) if where is not None else []:
         read = _aliases(conjunct)
         if read == {left}:
@@ -160,6 +181,7 @@ def compile_join(statement: exp.Select) -> JoinSpec:
         where=_and([_spark(c) for c in split["after"]]) or None,
         left_where=_and([_spark(c) for c in split["left"]]) or None,
         right_where=_and([_spark(c) for c in split["right"]]) or None,
+        left_on=_and([_spark(c) for c in split["left_on"]]) or None,
         key=_spark(exp.cast(key.copy(), "string")), select=_select(statement), lower=lower, upper=upper,
     )
 
@@ -222,28 +244,55 @@ def _table_key(conjuncts: list[exp.Expression], left: str, right: str) -> exp.Ex
     )
 
 
+def _equated(conjunct: exp.Expression, left: str, right: str) -> tuple[exp.Expression, exp.Expression] | None:
+    """(the left side's expression, the right side's) of an equality between the two sides."""
+    if not isinstance(conjunct, exp.EQ):
+        return None
+    sides = (_aliases(conjunct.this), _aliases(conjunct.expression))
+    if sides == ({left}, {right}):
+        return conjunct.this, conjunct.expression
+    if sides == ({right}, {left}):
+        return conjunct.expression, conjunct.this
+    return None
+
+
+def _not_null(node: exp.Expression) -> exp.Expression:
+    return exp.Not(this=exp.Is(this=node.copy(), expression=exp.Null()))
+
+
+@dataclass(frozen=True, slots=True)
+class _End:
+    """One end of an interval join's bound: ``a.event_time + offset``, excluded if strict."""
+
+    offset: timedelta
+    strict: bool
+
+    def describe(self, left: str, lower: bool) -> str:
+        relation = ("after" if self.strict else "at or after") if lower else ("before" if self.strict else "at or before")
+        amount = "" if not self.offset else f" {'-' if self.offset < timedelta(0) else '+'} {abs(self.offset)}"
+        return f"{relation} {left}.{EVENT_TIME}{amount}"
+
+
+_MICROSECOND = timedelta(microseconds=1)
+
+
 def _interval_bound(conjuncts: list[exp.Expression], left: str, right: str
-                    ) -> tuple[list[exp.Expression], exp.Expression, timedelta, timedelta]:
+                    ) -> tuple[list[exp.Expression], exp.Expression, _End, _End]:
     """The conjuncts that bound ``right.event_time`` around ``left.event_time``, the left
-    side's key (of the first equality between the sides), and the bound's offsets."""
-    key = None
-    for conjunct in conjuncts:
-        if isinstance(conjunct, exp.EQ) and key is None:
-            sides = (_aliases(conjunct.this), _aliases(conjunct.expression))
-            if sides == ({left}, {right}):
-                key = conjunct.this
-            elif sides == ({right}, {left}):
-                key = conjunct.expression
+    side's key (of the first equality between the sides), and the bound's two ends."""
+    key = next((pair[0] for pair in (_equated(c, left, right) for c in conjuncts) if pair is not None), None)
     if key is None:
         raise RejectedInput(
             f"ON: an interval join pairs events by key: add {left}.<column> = {right}.<column>, "
             f"e.g. {left}.data.order = {right}.data.order"
         )
     used: list[exp.Expression] = []
-    lower = upper = None
+    lower: _End | None = None
+    upper: _End | None = None
     for conjunct in conjuncts:
         if isinstance(conjunct, exp.Between) and _is_time(conjunct.this, right):
-            lower, upper = _offset(conjunct.args["low"], left), _offset(conjunct.args["high"], left)
+            lower = _End(_offset(conjunct.args["low"], left), strict=False)
+            upper = _End(_offset(conjunct.args["high"], left), strict=False)
             used.append(conjunct)
             continue
         bounds = _inequality(conjunct, left, right)
@@ -258,9 +307,10 @@ def _interval_bound(conjuncts: list[exp.Expression], left: str, right: str
             f"{left}.{EVENT_TIME} AND {left}.{EVENT_TIME} + INTERVAL '10' MINUTE: it is what lets the join "
             "forget events"
         )
-    if upper < lower:
-        raise RejectedInput(f"ON: the time bound is empty: {right}.{EVENT_TIME} cannot be at least "
-                            f"{left}.{EVENT_TIME} + {lower} and at most {left}.{EVENT_TIME} + {upper}")
+    # Event times are whole microseconds: a strict end excludes one microsecond.
+    if upper.offset - upper.strict * _MICROSECOND < lower.offset + lower.strict * _MICROSECOND:
+        raise RejectedInput(f"ON: the time bound is empty: no {right}.{EVENT_TIME} is {lower.describe(left, True)} "
+                            f"and {upper.describe(left, False)}")
     return used, key, lower, upper
 
 
@@ -282,7 +332,7 @@ def _offset(node: exp.Expression, left: str) -> timedelta:
     )
 
 
-def _inequality(conjunct: exp.Expression, left: str, right: str) -> tuple[timedelta | None, timedelta | None] | None:
+def _inequality(conjunct: exp.Expression, left: str, right: str) -> tuple[_End | None, _End | None] | None:
     """(lower, upper) from ``b.event_time >= a.event_time + x`` and its mirror forms; None
     for a conjunct that is not such a comparison."""
     if not isinstance(conjunct, (exp.GT, exp.GTE, exp.LT, exp.LTE)):
@@ -293,15 +343,16 @@ def _inequality(conjunct: exp.Expression, left: str, right: str) -> tuple[timede
         this, other, at_least = other, this, not at_least
     if not _is_time(this, right) or not _aliases(other) == {left}:
         return None
-    offset = _offset(other, left)
-    # A strict bound and a closed one hold the same events at microsecond resolution
-    # but for the end itself; Spark keeps the state either way.
-    return (offset, None) if at_least else (None, offset)
+    end = _End(_offset(other, left), strict=isinstance(conjunct, (exp.GT, exp.LT)))
+    return (end, None) if at_least else (None, end)
 
 
 def _spark_interval(offset: timedelta) -> str:
-    micros = offset // timedelta(microseconds=1)
-    return f"INTERVAL '{micros / 1_000_000}' SECOND"
+    """Spark's literal for ``offset``, to the microsecond, in plain decimal digits (a float's
+    ``5e-05`` is no interval Spark can read)."""
+    micros = offset // _MICROSECOND
+    seconds, fraction = divmod(abs(micros), 1_000_000)
+    return f"INTERVAL '{'-' if micros < 0 else ''}{seconds}.{fraction:06d}' SECOND"
 
 
 def _and(parts: list[str]) -> str:

@@ -30,7 +30,9 @@ does: every row of the match lies in ``[first row's time, first row's time + WIT
 The watermark says no row older than it will come: with ``reorder=False`` rows must arrive
 in event-time order, and a row older than the latest row or than the watermark is dropped
 (and counted); with ``reorder=True`` rows may arrive in any order and wait until the
-watermark passes them, then enter the automaton in time order (ties in arrival order). Both
+watermark passes them, then enter the automaton in time order (ties in the order of
+ORDER BY's further columns, then in arrival order). A rule with such columns is always
+matched with ``reorder``: rows of one time cannot be put in order as they arrive. Both
 let the watermark close a search whose WITHIN window has ended, so its match is emitted
 without waiting for the partition's next row.
 
@@ -46,6 +48,14 @@ run time (see ``wayline.rules.recognize``).
 State. ``snapshot()`` returns plain lists, dicts and numbers (plus the rows themselves,
 as given) for a stateful operator to store; ``PartitionMatcher(spec, state=...)`` resumes
 from it. ``size`` measures it, for state budgets.
+
+MATCH_NUMBER(). A partition's matches are numbered 1, 2, 3, ... in the order they are
+found, for as long as the matcher lives, as the standard says. A caller that cannot keep an
+idle partition's count for ever gives a ``count_lapse``: a match that starts that long or
+longer after the end of the partition's previous match (event times) is numbered 1 again.
+That depends on event times only, never on when the watermark moved or how the rows were
+cut into micro-batches; a matcher that holds nothing but its count (``size`` 0) asks to be
+woken when the count lapses (``wake_at``), and may be dropped once the watermark is there.
 """
 
 from __future__ import annotations
@@ -121,10 +131,11 @@ class PartitionMatcher:
 
     def __init__(
         self, spec: PatternSpec, state: Mapping[str, Any] | None = None, *,
-        reorder: bool = False, max_threads: int = DEFAULT_MAX_THREADS,
+        reorder: bool = False, max_threads: int = DEFAULT_MAX_THREADS, count_lapse: timedelta | None = None,
     ) -> None:
         self._spec = spec
-        self._reorder = reorder
+        self._reorder = reorder or bool(spec.then_by)
+        self._then_by = [(path[0], path[1:], nulls_first) for path, nulls_first in spec.then_by]
         self._max_threads = max_threads
         program = _program(spec)
         self._variables = spec.automaton.variables
@@ -132,6 +143,7 @@ class PartitionMatcher:
         self._fresh = program.fresh
         self._has_context = program.has_context
         self._within = program.within
+        self._count_lapse_micros = count_lapse // _MICROSECOND if count_lapse is not None else None
         self._lookback = program.lookback
         self._time_column, self._time_path = program.time_column, program.time_path
         self._frame = DefineFrame()
@@ -146,7 +158,7 @@ class PartitionMatcher:
             if time is None or (self._watermark is not None and time < self._watermark):
                 self._dropped += 1
             elif self._reorder:
-                heapq.heappush(self._pending, (time, self._arrivals, row))
+                heapq.heappush(self._pending, (time, self._tie(row), row))
                 self._arrivals += 1
             elif self._latest is not None and time < self._latest:
                 self._dropped += 1
@@ -187,7 +199,17 @@ class PartitionMatcher:
         candidates = [self._pending[0][0] + 1] if self._pending else []
         if self._start >= 0 and self._within is not None:
             candidates.append(self._times[self._start - self._base] + self._within)
+        lapse = self._count_lapse
+        if lapse is not None and (self._watermark is None or self._watermark < lapse):
+            candidates.append(lapse)
         return min(candidates) if candidates else None
+
+    @property
+    def _count_lapse(self) -> int | None:
+        """When (epoch µs) the count of matches lapses, if it is kept and there is one."""
+        if self._count_lapse_micros is None or self._last_match is None:
+            return None
+        return self._last_match + self._count_lapse_micros
 
     def snapshot(self) -> dict[str, Any]:
         """The state as plain data; ``PartitionMatcher(spec, state=...)`` resumes from it."""
@@ -213,6 +235,7 @@ class PartitionMatcher:
             "next": self._next,
             "search": search,
             "matches": self._number,
+            "last_match": self._last_match,
             "dropped": self._dropped,
         }
 
@@ -224,7 +247,7 @@ class PartitionMatcher:
         return {
             "format": _STATE_FORMAT, "base": 0, "rows": [], "times": [],
             "pending": [list(entry) for entry in waiting], "arrivals": arrivals, "watermark": watermark,
-            "latest": None, "next": 0, "search": None, "matches": 0, "dropped": 0,
+            "latest": None, "next": 0, "search": None, "matches": 0, "last_match": None, "dropped": 0,
         }
 
     # -- state ----------------------------------------------------------------------------
@@ -235,12 +258,15 @@ class PartitionMatcher:
         self._base: int = state.get("base", 0)
         self._rows: list[Row] = list(state.get("rows", ()))
         self._times: list[int] = list(state.get("times", ()))
-        self._pending: list[tuple[int, int, Row]] = [tuple(entry) for entry in state.get("pending", ())]
+        self._pending: list[tuple[int, Any, Row]] = [
+            (time, tuple(tie) if isinstance(tie, list) else tie, row) for time, tie, row in state.get("pending", ())]
         self._arrivals: int = state.get("arrivals", 0)
         self._watermark: int | None = state.get("watermark")
         self._latest: int | None = state.get("latest")
         self._next: int = state.get("next", 0)
         self._number: int = state.get("matches", 0)
+        # The event time (µs) of the last row of the latest match.
+        self._last_match: int | None = state.get("last_match")
         self._dropped: int = state.get("dropped", 0)
         search = state.get("search")
         self._start = -1
@@ -255,16 +281,35 @@ class PartitionMatcher:
             if search["candidate"] is not None:
                 self._candidate = (search["candidate"][0], _wind(search["candidate"][1]))
 
-    def _time_of(self, row: Row) -> int | None:
+    def _time_value(self, row: Row) -> Any:
         value = row.get(self._time_column)
         for key in self._time_path:
             value = value.get(key) if isinstance(value, dict) else None
+        return value
+
+    def _time_of(self, row: Row) -> int | None:
+        value = self._time_value(row)
         if value is None:
             return None
         if not isinstance(value, datetime):
             raise GiveUp(f"ORDER BY {'.'.join(self._spec.order_by)} must be a timestamp, not {value!r}")
         epoch = _EPOCH if value.tzinfo is None else _EPOCH_UTC
         return (value - epoch) // _MICROSECOND
+
+    def _tie(self, row: Row) -> Any:
+        """What orders a waiting row among those of its time: its arrival, after ORDER BY's
+        further columns if there are any (as one flat tuple, which survives a round trip
+        through plain data as a list)."""
+        if not self._then_by:
+            return self._arrivals
+        tie: list[Any] = []
+        for column, path, nulls_first in self._then_by:
+            value = row.get(column)
+            for key in path:
+                value = value.get(key) if isinstance(value, dict) else None
+            tie.extend(_sort_key(value, nulls_first, column, path))
+        tie.append(self._arrivals)
+        return tuple(tie)
 
     def _move_watermark(self, watermark: datetime) -> None:
         micros = (watermark - (_EPOCH if watermark.tzinfo is None else _EPOCH_UTC)) // _MICROSECOND
@@ -373,8 +418,14 @@ class PartitionMatcher:
         else:
             end, linked = self._candidate
             labels = _unwind(linked)
+            lapse = self._count_lapse
+            if lapse is not None and self._times[start - self._base] >= lapse:
+                self._number = 0
             self._number += 1
-            view = MatchView(self._rows, self._base, start, labels, self._number, self._variables)
+            end_time = self._times[end - self._base]
+            self._last_match = end_time if self._last_match is None else max(self._last_match, end_time)
+            view = MatchView(self._rows, self._base, start, labels, self._number, self._variables,
+                             self._time_value(self._rows[end - self._base]))
             out.append(Match(
                 number=self._number,
                 start=start,
@@ -440,6 +491,21 @@ def _program(spec: PatternSpec) -> _Program:
     if entry is None or entry[0] is not spec:
         entry = _PROGRAMS[id(spec)] = (spec, _Program(spec))
     return entry[1]
+
+
+def _sort_key(value: Any, nulls_first: bool, column: str, path: list[str]) -> tuple[int, Any]:
+    """(rank, value): values of one kind in their order, the kinds apart (NULLs first or last)."""
+    if value is None:
+        return (0 if nulls_first else 5), 0
+    if isinstance(value, bool):
+        return 1, int(value)
+    if isinstance(value, (int, float)):
+        return 2, value
+    if isinstance(value, str):
+        return 3, value
+    if isinstance(value, datetime):
+        return 4, (value - (_EPOCH if value.tzinfo is None else _EPOCH_UTC)) // _MICROSECOND
+    raise GiveUp(f"ORDER BY {'.'.join([column, *path])}: cannot order by {value!r}")
 
 
 def _unwind(labels: Labels) -> list[int]:

@@ -5,7 +5,7 @@ The accepted shape is the Flink SQL subset and a little more::
     SELECT <* | partition columns and measures>
     FROM events MATCH_RECOGNIZE (
       [PARTITION BY col, ...]
-      ORDER BY <event-time column>
+      ORDER BY <event-time column> [, col [NULLS FIRST | NULLS LAST], ...]
       [MEASURES expr AS name, ...]
       [ONE ROW PER MATCH]
       [AFTER MATCH SKIP PAST LAST ROW | TO NEXT ROW | TO FIRST v | TO LAST v]
@@ -13,6 +13,12 @@ The accepted shape is the Flink SQL subset and a little more::
       [WITHIN INTERVAL '<n>' <unit>]
       DEFINE v AS condition, ...
     ) [AS alias]
+    [WHERE <condition on the partition columns and measures>]
+
+The WHERE decides which matches are output, after matching: a match it drops still ends
+where it ends, and AFTER MATCH SKIP goes on from there, as the standard says of a query
+around MATCH_RECOGNIZE. ``AFTER MATCH SKIP TO v`` is the standard's shorthand for ``TO
+LAST v``.
 
 sqlglot's Snowflake dialect parses the clause; the PATTERN comes back as text for
 ``wayline.rules.pattern``, and DEFINE and MEASURES as trees for
@@ -28,9 +34,11 @@ deployed rule never fails that way.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from enum import StrEnum
+from typing import Any
 
 import sqlglot
 from sqlglot import exp
@@ -47,14 +55,17 @@ from wayline.rules.expression import (
     Measure,
     compile_defines,
     compile_measure,
+    compile_row_condition,
     interval,
+    located,
+    mark_written_names,
     parse_statements,
 )
 from wayline.rules.pattern import Pattern, parse_pattern, variables
 
 SOURCE = "events"
 
-_SELECT_PARTS = frozenset({"expressions", "from_", "match"})
+_SELECT_PARTS = frozenset({"expressions", "from_", "match", "where"})
 
 
 class SkipTo(StrEnum):
@@ -96,6 +107,20 @@ class PatternSpec:
     select: tuple[OutputColumn, ...]
     conditions: Conditions = field(compare=False, repr=False)
     automaton: Automaton = field(compare=False, repr=False)
+    # ORDER BY's columns after the event-time column, ascending, each with whether NULLs
+    # come first: they order the rows of one event time.
+    then_by: tuple[tuple[ColumnPath, bool], ...] = ()
+    where: str | None = None  # the WHERE around MATCH_RECOGNIZE, over the output columns
+    where_test: Callable[[Mapping[str, Any]], Any] | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def output_names(self) -> tuple[str, ...]:
+        """The columns of a match's output row: the partition columns, then the measures."""
+        return tuple(path[-1] for path in self.partition_by) + tuple(measure.name for measure in self.measures)
+
+    def keeps(self, output: Mapping[str, Any]) -> bool:
+        """Whether the WHERE around MATCH_RECOGNIZE keeps a match whose output row is ``output``."""
+        return self.where_test is None or self.where_test(output) is True
 
     @property
     def variables(self) -> tuple[str, ...]:
@@ -104,8 +129,14 @@ class PatternSpec:
     @property
     def columns(self) -> frozenset[ColumnPath]:
         """Every column path the rule reads, for checking against the event schema."""
-        return frozenset({*self.partition_by, self.order_by, *self.conditions.columns,
+        return frozenset({*self.partition_by, self.order_by, *(path for path, _ in self.then_by),
+                          *self.conditions.columns,
                           *(path for measure in self.measures for path in measure.columns)})
+
+    @property
+    def numbers_matches(self) -> bool:
+        """Whether a measure reads MATCH_NUMBER(), so each key's count of matches is kept."""
+        return any(measure.numbered for measure in self.measures)
 
     @property
     def lookback(self) -> int:
@@ -127,7 +158,9 @@ class PatternSpec:
 def parse_match_recognize(sql: str) -> PatternSpec:
     """Read a pattern rule, or raise ``RejectedInput`` saying what is wrong and where."""
     text, within = _take_within(sql)
+    text, skip_to = _take_skip_to(text)
     statement = _parse(text)
+    mark_written_names(statement, text)
     match = statement.args.get("match")
     if not isinstance(match, exp.MatchRecognize):
         raise RejectedInput(f"a pattern rule is SELECT ... FROM {SOURCE} MATCH_RECOGNIZE (...)")
@@ -140,15 +173,17 @@ def parse_match_recognize(sql: str) -> PatternSpec:
     names = variables(pattern)
 
     partition_by = tuple(_column_path(node, "PARTITION BY") for node in match.args.get("partition_by") or [])
-    order_by = _order_by(match.args.get("order"))
+    order_by, then_by = _order_by(match.args.get("order"))
     _check_rows_per_match(match.args.get("rows"))
-    skip = _skip(match.args.get("after"))
+    skip = skip_to or _skip(match.args.get("after"))
 
     definitions = [(_identifier(alias.args["alias"]), alias.this) for alias in match.args.get("define") or []]
     conditions = compile_defines(names, definitions)
     measures = _measures(match.args.get("measures") or [], names, partition_by)
     automaton = compile_automaton(pattern, names)
     _check_skip(skip, automaton)
+    where = statement.args.get("where")
+    outputs = tuple(path[-1] for path in partition_by) + tuple(measure.name for measure in measures)
 
     return PatternSpec(
         sql=sql,
@@ -162,6 +197,9 @@ def parse_match_recognize(sql: str) -> PatternSpec:
         select=_select(statement, match, partition_by, measures),
         conditions=conditions,
         automaton=automaton,
+        then_by=then_by,
+        where=where.this.sql(dialect=DIALECT) if where is not None else None,
+        where_test=_where(where.this, match.alias, outputs) if where is not None else None,
     )
 
 
@@ -206,6 +244,21 @@ def _take_within(sql: str) -> tuple[str, timedelta | None]:
     start = keyword.start
     stop = tokens[end].start if end < len(tokens) else len(sql)
     return sql[:start] + _blank(sql[start:stop]) + sql[stop:], within
+
+
+def _take_skip_to(sql: str) -> tuple[str, AfterMatchSkip | None]:
+    """Cut ``AFTER MATCH SKIP TO v`` out of the SQL (sqlglot knows only ``TO FIRST v`` and
+    ``TO LAST v``), blanked as WITHIN is; the standard reads it as ``TO LAST v``."""
+    tokens = sqlglot.Dialect.get_or_raise(DIALECT).tokenize(sql)
+    for index in range(len(tokens) - 4):
+        words = tokens[index:index + 5]
+        if all(_is_word(token, word) for token, word in zip(words, ("AFTER", "MATCH", "SKIP", "TO"))) \
+                and words[4].text.upper() not in ("FIRST", "LAST", "NEXT", "PAST") \
+                and words[4].token_type in (TokenType.VAR, TokenType.IDENTIFIER):
+            name = words[4].text if words[4].token_type == TokenType.IDENTIFIER else words[4].text.upper()
+            start, stop = words[0].start, words[4].end + 1
+            return sql[:start] + _blank(sql[start:stop]) + sql[stop:], AfterMatchSkip(SkipTo.LAST, name)
+    return sql, None
 
 
 def _is_word(token: Token, word: str) -> bool:
@@ -264,11 +317,20 @@ def _column_path(node: exp.Expression, clause: str) -> ColumnPath:
     return tuple(part.name for part in node.parts) + tuple(parts)
 
 
-def _order_by(order: exp.Order | None) -> ColumnPath:
+def _order_by(order: exp.Order | None) -> tuple[ColumnPath, tuple[tuple[ColumnPath, bool], ...]]:
+    """The event-time column, and the columns that order the rows of one time."""
     keys = order.expressions if order else []
-    if len(keys) != 1 or keys[0].args.get("desc"):
-        raise RejectedInput("MATCH_RECOGNIZE needs ORDER BY exactly one event-time column, ascending")
-    return _column_path(keys[0].this, "ORDER BY")
+    if not keys or keys[0].args.get("desc"):
+        raise RejectedInput(
+            "MATCH_RECOGNIZE needs ORDER BY the event-time column, ascending (then more columns, ascending, "
+            "to order rows of one time)"
+        )
+    for key in keys[1:]:
+        if key.args.get("desc"):
+            raise RejectedInput(f"ORDER BY {key.sql(dialect=DIALECT)}: the columns after the event-time column "
+                                f"order rows of one time, ascending; DESC is not supported{located(key)}")
+    then_by = tuple((_column_path(key.this, "ORDER BY"), bool(key.args.get("nulls_first"))) for key in keys[1:])
+    return _column_path(keys[0].this, "ORDER BY"), then_by
 
 
 def _check_rows_per_match(rows: exp.Expression | None) -> None:
@@ -305,6 +367,23 @@ def _check_skip(skip: AfterMatchSkip, automaton: Automaton) -> None:
             f"{skip}: that row may be the match's first row, so matching would restart where it "
             "started and never advance"
         )
+
+
+def _where(condition: exp.Expression, alias: str, outputs: tuple[str, ...]) -> Callable[[Mapping[str, Any]], Any]:
+    """The WHERE around MATCH_RECOGNIZE as a test of an output row; it reads the output
+    columns, by name or qualified by the MATCH_RECOGNIZE's alias."""
+    for column in condition.find_all(exp.Column):
+        qualified_elsewhere = column.args.get("db") or (column.table and column.table != alias)
+        if isinstance(column.parent, exp.Dot) or isinstance(column.this, exp.Star) or qualified_elsewhere \
+                or column.name not in outputs:
+            raise RejectedInput(
+                f"WHERE {column.sql(dialect=DIALECT)}: the WHERE around MATCH_RECOGNIZE reads its output columns, "
+                f"the PARTITION BY columns and measures ({', '.join(outputs) or 'none'}); conditions on the events go in "
+                f"DEFINE{located(column)}"
+            )
+    unqualified = condition.transform(
+        lambda node: exp.Column(this=node.this.copy()) if isinstance(node, exp.Column) else node)
+    return compile_row_condition(unqualified, "WHERE")
 
 
 def _measures(nodes: list[exp.Expression], names: tuple[str, ...],

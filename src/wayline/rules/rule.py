@@ -25,7 +25,9 @@ function that runs arbitrary code); a stateful rule has a time bound.
 Typing of ``data.*`` in filters (the JSON is a VARIANT in Spark): a path compared with a
 number, used in arithmetic or in SUM/AVG/MIN/MAX is read as DOUBLE, compared with a
 boolean as BOOLEAN, otherwise as STRING; a bare path in the SELECT list keeps its JSON
-value. A value that does not convert reads as NULL. Pattern rules and the windows that stay
+value. So two paths ordered against each other (``data.a < data.b``) compare as text,
+``'10' < '9'``: the rule compiles, with a warning (``CompiledRule.warnings``) that says
+how to compare numbers. A value that does not convert reads as NULL. Pattern rules and the windows that stay
 in Python evaluate their expressions on the JSON's own types (``wayline.rules.expression``);
 the fixed windows the JVM runs read ``data.*`` as filters do (``wayline.rules.aggregation``).
 """
@@ -54,6 +56,7 @@ from wayline.rules.window import WindowSpec, compile_window
 if TYPE_CHECKING:
     from wayline.rules.join import JoinSpec
 
+VARIABLE_REFERENCE = "${"
 # The stream every rule reads: the parsed envelope (see wayline.pipelines.envelope).
 EVENT_COLUMNS = (
     "id", "source", "type", "specversion", "subject", "time", "datacontenttype", "dataschema",
@@ -108,6 +111,8 @@ class CompiledRule:
     prefilter: Prefilter | None = None
     # A fixed window rule the JVM runs as a streaming aggregation (wayline.rules.aggregation).
     aggregation: WindowAggregation | None = None
+    # What the submitter should know: the rule runs, but perhaps not as meant.
+    warnings: tuple[str, ...] = ()
 
     @property
     def stateful(self) -> bool:
@@ -160,6 +165,13 @@ def compile_rule(sql: str, partition_key: tuple[ColumnPath, ...] | None = None) 
 def _compile(sql: str, partition_key: tuple[ColumnPath, ...] | None) -> CompiledRule:
     if not sql.strip():
         raise RejectedInput("sql: the rule is empty")
+    if VARIABLE_REFERENCE in sql:
+        # Spark reads ${env:…}, ${system:…} and ${spark.…} as variables even inside string
+        # literals; the job's session turns that off, and the text is refused all the same.
+        before = sql[:sql.index(VARIABLE_REFERENCE)]
+        line, column = before.count("\n") + 1, len(before) - before.rfind("\n")
+        raise RejectedInput(f"sql: '{VARIABLE_REFERENCE}' (line {line}, column {column}) is not allowed in a rule: "
+                            "Spark reads it as a variable reference")
     if _mentions_match_recognize(sql):
         rule = _pattern_rule(sql)
     else:
@@ -168,15 +180,20 @@ def _compile(sql: str, partition_key: tuple[ColumnPath, ...] | None) -> Compiled
             # join.py builds on this module's checks, so it is imported when first needed.
             from wayline.rules.join import compile_join
 
-            rule = CompiledRule(RuleKind.JOIN, sql, (), join=compile_join(statement))
+            rule = CompiledRule(RuleKind.JOIN, sql, (), join=compile_join(statement),
+                                warnings=_text_comparisons(statement))
         elif statement.args.get("group") or any(isinstance(node, exp.AggFunc) for node in statement.walk()):
             window = compile_window(statement, check_column)
             where = statement.args.get("where")
+            aggregation = compile_aggregation(statement, window, _spark, _check_node)
+            # Only the JVM reads data.* as text; the Python path compares the JSON's own values.
             rule = CompiledRule(RuleKind.WINDOW, sql, window.keys, window=window,
                                 prefilter=for_condition(where.this if where is not None else None),
-                                aggregation=compile_aggregation(statement, window, _spark, _check_node))
+                                aggregation=aggregation,
+                                warnings=_text_comparisons(statement) if aggregation is not None else ())
         else:
-            rule = CompiledRule(RuleKind.FILTER, sql, (), filter=_filter(statement))
+            rule = CompiledRule(RuleKind.FILTER, sql, (), filter=_filter(statement),
+                                warnings=_text_comparisons(statement))
     for path in rule.partition_key:
         # The job reads the key back with parse_key and plain dotted paths: identifiers only.
         parse_key(key_name(path))
@@ -190,7 +207,7 @@ def _compile(sql: str, partition_key: tuple[ColumnPath, ...] | None) -> Compiled
                 f"key the SQL states ({stated}); leave partition_key out or make them agree"
             )
         if rule.kind == RuleKind.FILTER:
-            rule = CompiledRule(rule.kind, sql, tuple(partition_key), filter=rule.filter)
+            rule = CompiledRule(rule.kind, sql, tuple(partition_key), filter=rule.filter, warnings=rule.warnings)
         elif rule.kind == RuleKind.JOIN and partition_key:
             raise RejectedInput("partition_key: a join rule's output subject is its join key; leave partition_key out")
     return rule
@@ -299,6 +316,40 @@ def _filter(statement: exp.Select) -> FilterSpec:
             taken.add(name)
             select.append((name, expression))
     return FilterSpec(where=_spark(where.this) if where is not None else None, select=tuple(select))
+
+
+def _text_comparisons(statement: exp.Expression) -> tuple[str, ...]:
+    """A warning for each ordering comparison of ``data.*`` paths with each other only:
+    Spark reads them as strings there, so ``'10' < '9'``."""
+    warnings = []
+    for node in statement.walk():
+        if isinstance(node, exp.Between):
+            operands = [node.this, node.args["low"], node.args["high"]]
+        elif isinstance(node, (exp.GT, exp.GTE, exp.LT, exp.LTE)):
+            operands = [node.this, node.expression]
+        else:
+            continue
+        if all(_is_data_path(operand) for operand in operands):
+            text = node.sql(dialect=DIALECT)
+            casts = [f"TRY_CAST({operand.sql(dialect=DIALECT)} AS DOUBLE)" for operand in operands]
+            numeric = node.copy()
+            for operand, cast in zip([*numeric.iter_expressions()], casts, strict=False):
+                operand.replace(sqlglot.parse_one(cast, read=DIALECT))
+            warnings.append(
+                f"{text}: data.* paths compared with each other are read as strings, so they compare as text "
+                f"('10' < '9'); to compare numbers, write {numeric.sql(dialect=DIALECT)}{located(node)}"
+            )
+    return tuple(warnings)
+
+
+def _is_data_path(node: exp.Expression) -> bool:
+    while isinstance(node, exp.Paren):
+        node = node.this
+    if not isinstance(node, (exp.Column, exp.Dot)):
+        return False
+    path = path_of(node)
+    # data.<path>, or <alias>.data.<path> in a join rule.
+    return (path[0] == DATA and len(path) > 1) or (len(path) > 2 and path[1] == DATA)
 
 
 def _check_node(node: exp.Expression) -> None:

@@ -46,6 +46,9 @@ def spark_conf(settings: Settings) -> dict[str, str]:
         "spark.sql.streaming.checkpointLocation": str(settings.checkpoint_root.resolve()),
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.execution.arrow.pyspark.enabled": "true",
+        # Spark would replace ${env:…}, ${system:…} and ${spark.…} in any SQL text it parses,
+        # literals included: rule SQL could read the job's environment and settings.
+        "spark.sql.variable.substitute": "false",
         # Local runs would otherwise leave a Derby metastore and a warehouse in the cwd.
         "spark.sql.warehouse.dir": str((settings.state_dir / "warehouse").resolve()),
         # A consumer per source partition an executor reads, kept between micro-batches: the

@@ -6,12 +6,14 @@ import random
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
+import orjson
 import pytest
 from sqlalchemy import select
 
-from wayline.delivery.attempt import Pending, Succeeded, settle
-from wayline.delivery.storage.store import DeliveryLogEntry, PostgresDeliveryStore
-from wayline.delivery.transport import Response
+from wayline.delivery.attempt import Pending, Succeeded, WillRetry, settle
+from wayline.delivery.retry import HeldBack
+from wayline.delivery.storage.store import DeliveryLogEntry, PostgresDeliveryStore, attempt_row, event_type
+from wayline.delivery.transport import FailureKind, Response
 
 pytestmark = pytest.mark.integration
 
@@ -55,3 +57,33 @@ def test_many_successes_are_logged_in_one_write(database, unique: str) -> None:
     store.record(states)
     ids = [s.delivered.webhook_id for s in states]
     assert set(logged(database, ids)) == set(ids)
+
+
+def cloud_event(event_id: str, kind: str) -> bytes:
+    return orjson.dumps({"specversion": "1.0", "id": event_id, "source": "/shop", "type": kind, "data": {}})
+
+
+def test_the_event_type_is_read_from_the_body_a_batchs_types_once_each() -> None:
+    assert event_type(cloud_event("e-1", "shop.order.created")) == "shop.order.created"
+    batch = b"[" + b",".join(cloud_event(f"e-{n}", kind) for n, kind in enumerate(
+        ["shop.order.created", "shop.order.paid", "shop.order.created"])) + b"]"
+    assert event_type(batch) == "shop.order.created, shop.order.paid"
+    assert event_type(b"not json") is None and event_type(b'{"type": 7}') is None and event_type(b"[]") is None
+
+
+def test_every_logged_attempt_keeps_its_event_type(database, unique: str) -> None:
+    store = PostgresDeliveryStore(database.engine)
+    at = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
+    rng = random.Random(1)
+    sent = Pending.single(f"{unique}-ok", cloud_event(f"{unique}-ok", "shop.order.created"),
+                          subscription_id=f"sub_{unique}", endpoint_id="ep_a", now=at)
+    store.record([settle(sent, Response(204, {}, b"", 0.01), at, rng)])
+    with database.transaction() as session:
+        assert session.scalar(select(DeliveryLogEntry.event_type).where(
+            DeliveryLogEntry.webhook_id == sent.webhook_id)) == "shop.order.created"
+    # A failure and a held-back delivery: their attempt-log rows, as both paths write them.
+    paid = replace(sent, payload=cloud_event(f"{unique}-ok", "shop.order.paid"))
+    failed = settle(paid, Response(500, {}, b"", 0.01), at, rng)
+    held = settle(paid, HeldBack(FailureKind.CIRCUIT_OPEN, "circuit open"), at, rng)
+    assert isinstance(failed, WillRetry) and isinstance(held, WillRetry)
+    assert attempt_row(failed, at)["event_type"] == attempt_row(held, at)["event_type"] == "shop.order.paid"

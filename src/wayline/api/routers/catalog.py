@@ -53,6 +53,14 @@ def get_event_type(name: str, db: DB, caller: CallerDep):
         return catalog.get_event_type(session, caller, name)
 
 
+@router.patch("/event-types/{name}", response_model=catalog.EventTypeOut)
+def update_event_type(name: str, body: catalog.EventTypePatch, db: DB, caller: CallerDep):
+    """Change an event type's description or JSON Schema (`"json_schema": null` removes it); the
+    messaging API checks publishes against the new schema within `messaging.schema_cache_s`."""
+    with db.transaction() as session:
+        return catalog.update_event_type(session, caller, name, body)
+
+
 @router.delete("/event-types/{name}", status_code=204)
 def delete_event_type(name: str, db: DB, caller: CallerDep) -> Response:
     with db.transaction() as session:

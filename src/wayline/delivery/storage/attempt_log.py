@@ -40,6 +40,8 @@ class AttemptOut(BaseModel):
     error: str
     latency_ms: int
     attempted_at: datetime
+    event_type: str | None = None
+    """The CloudEvent type sent (a batch: its types, comma-separated); None for older rows."""
 
 
 class AttemptPage(BaseModel):
@@ -53,12 +55,13 @@ def _attempts() -> Any:
     return union_all(
         select(log.webhook_id, log.endpoint_id, log.subscription_id, log.attempt,
                literal("succeeded").label("outcome"), log.status.label("status"), literal("").label("error"),
-               log.latency_ms, log.delivered_at.label("attempted_at")),
+               log.latency_ms, log.delivered_at.label("attempted_at"), log.event_type),
         select(AttemptLogEntry.webhook_id, AttemptLogEntry.endpoint_id, AttemptLogEntry.subscription_id,
                AttemptLogEntry.attempt,
                case((AttemptLogEntry.held_back, literal("held")), else_=literal("failed")).label("outcome"),
                AttemptLogEntry.status,
-               AttemptLogEntry.error, AttemptLogEntry.latency_ms, AttemptLogEntry.attempted_at),
+               AttemptLogEntry.error, AttemptLogEntry.latency_ms, AttemptLogEntry.attempted_at,
+               AttemptLogEntry.event_type),
     ).subquery("attempts")
 
 
@@ -75,28 +78,13 @@ def _decode(cursor: str) -> tuple[datetime, str, int]:
         raise RejectedInput("cursor: not a cursor this API returned") from exc
 
 
-def list_attempts(
-    session: Session,
-    caller: Caller,
-    *,
-    endpoint_id: str | None = None,
-    subscription_id: str | None = None,
-    webhook_id: str | None = None,
-    outcome: AttemptOutcome | None = None,
-    since: datetime | None = None,
-    until: datetime | None = None,
-    cursor: str | None = None,
-    limit: int = 100,
-    max_limit: int = 500,
-) -> AttemptPage:
-    """Attempts newest first, filtered; a customer sees only its own endpoints' attempts."""
-    if not 1 <= limit <= max_limit:
-        raise RejectedInput(f"limit: must be between 1 and {max_limit}")
+def _filtered(session: Session, caller: Caller, attempts: Any, *, endpoint_id: str | None,
+              subscription_id: str | None, webhook_id: str | None, outcome: AttemptOutcome | None, held: bool,
+              since: datetime | None, until: datetime | None) -> Select[Any]:
     if endpoint_id is not None:
         owned(session, Endpoint, endpoint_id, caller, "endpoint")
     if subscription_id is not None:
         owned(session, Subscription, subscription_id, caller, "subscription")
-    attempts = _attempts()
     query: Select[Any] = select(attempts)
     if endpoint_id is not None:
         query = query.where(attempts.c.endpoint_id == endpoint_id)
@@ -109,10 +97,37 @@ def list_attempts(
             select(Endpoint.id).where(Endpoint.customer_id == caller.customer_id)))
     if outcome is not None:
         query = query.where(attempts.c.outcome == outcome)
+    if not held:
+        query = query.where(attempts.c.outcome != "held")
     if since is not None:
         query = query.where(attempts.c.attempted_at >= since)
     if until is not None:
         query = query.where(attempts.c.attempted_at < until)
+    return query
+
+
+def list_attempts(
+    session: Session,
+    caller: Caller,
+    *,
+    endpoint_id: str | None = None,
+    subscription_id: str | None = None,
+    webhook_id: str | None = None,
+    outcome: AttemptOutcome | None = None,
+    held: bool = True,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    cursor: str | None = None,
+    limit: int = 100,
+    max_limit: int = 500,
+) -> AttemptPage:
+    """Attempts newest first, filtered (``held=False``: without the held-back deliveries,
+    which are no attempts); a customer sees only its own endpoints' attempts."""
+    if not 1 <= limit <= max_limit:
+        raise RejectedInput(f"limit: must be between 1 and {max_limit}")
+    attempts = _attempts()
+    query = _filtered(session, caller, attempts, endpoint_id=endpoint_id, subscription_id=subscription_id,
+                      webhook_id=webhook_id, outcome=outcome, held=held, since=since, until=until)
     if cursor:
         position = tuple_(attempts.c.attempted_at, attempts.c.webhook_id, attempts.c.attempt)
         query = query.where(position < tuple_(*_decode(cursor)))
@@ -124,6 +139,24 @@ def list_attempts(
         data=[AttemptOut.model_validate(row._mapping) for row in rows],
         next_cursor=_encode(rows[-1]) if more else None,
     )
+
+
+def count_held(
+    session: Session,
+    caller: Caller,
+    *,
+    endpoint_id: str | None = None,
+    webhook_id: str | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    at_most: int = 10_000,
+) -> int:
+    """How many held-back deliveries match, counted up to ``at_most`` (a bounded read, however
+    many a hanging endpoint piled up)."""
+    attempts = _attempts()
+    held = _filtered(session, caller, attempts, endpoint_id=endpoint_id, subscription_id=None,
+                     webhook_id=webhook_id, outcome="held", held=True, since=since, until=until)
+    return session.scalar(select(func.count()).select_from(held.limit(at_most).subquery())) or 0
 
 
 class HealthBucket(BaseModel):
@@ -161,4 +194,6 @@ def endpoint_health(session: Session, caller: Caller, endpoint_id: str, since: d
     return [HealthBucket.model_validate(row._mapping) for row in session.execute(query)]
 
 
-__all__ = ["AttemptOut", "AttemptOutcome", "AttemptPage", "HealthBucket", "endpoint_health", "list_attempts"]
+__all__ = [
+    "AttemptOut", "AttemptOutcome", "AttemptPage", "HealthBucket", "count_held", "endpoint_health", "list_attempts",
+]

@@ -51,6 +51,7 @@ from wayline.delivery.storage.store import (
     attempt_row,
     blocked,
     describe,
+    event_type,
     failed_attempt,
     mark_endpoints_and_subscriptions,
 )
@@ -145,7 +146,8 @@ class RetryQueue:
                 session.execute(insert(DeliveryLogEntry).on_conflict_do_nothing(), [
                     {"webhook_id": s.delivered.webhook_id, "endpoint_id": s.delivered.endpoint_id,
                      "subscription_id": s.delivered.subscription_id, "status": s.response.status,
-                     "latency_ms": round(s.response.elapsed_s * 1000), "attempt": s.attempt, "delivered_at": s.at}
+                     "latency_ms": round(s.response.elapsed_s * 1000), "attempt": s.attempt, "delivered_at": s.at,
+                     "event_type": event_type(s.delivered.payload)}
                     for s in succeeded
                 ])
                 # A success is final whoever holds the lease now.
