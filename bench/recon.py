@@ -126,15 +126,14 @@ def wait_for(query, progress: Progress, records: int, timeout: float = 1800) -> 
 
 
 def baseline_once(spark, settings: Settings, database: Database, records: int, checkpoint: Path) -> dict[str, Any]:
-    from wayline.pipelines.envelope import parse_events, valid_events
+    from wayline.pipelines.envelope import parse_events
     from wayline.pipelines.recon import load_recon_set, routed_records, topics_pattern
     from wayline.pipelines.source import read_kafka
 
     shutil.rmtree(checkpoint, ignore_errors=True)
     specs = load_recon_set(database).specs
-    events = valid_events(parse_events(read_kafka(spark, settings, topics_pattern(specs)),
-                                       settings.envelope))
-    routed = routed_records(events, specs, settings.recon.heartbeat_type, settings.recon.buckets)
+    routed = routed_records(parse_events(read_kafka(spark, settings, topics_pattern(specs)), settings.envelope),
+                            specs, settings)
     query = (routed.writeStream.option("checkpointLocation", str(checkpoint))
              .trigger(processingTime=f"{int(settings.recon.trigger_interval_s * 1000)} milliseconds")
              .foreachBatch(lambda batch, _id: batch.count()).start())

@@ -18,11 +18,11 @@ def test_missing_and_found_events_name_the_id_and_keep_their_ids_on_a_replay() -
 
 def test_a_metrics_event_carries_its_revision_and_each_revision_its_own_id() -> None:
     figures = {"source": "shop", "window_start": T, "window_end": T + 60_000, "revision": 1, "expected": 4,
-               "matched": 3, "missing": 1, "found": 0, "duplicates": 2, "late": 0, "too_late": 0}
+               "matched": 3, "missing": 1, "found": 0, "duplicates": 2, "late": 0, "too_late": 0, "unreadable": 1}
     first = metrics_event("rec_1", "orders", "wayline", figures)
     second = metrics_event("rec_1", "orders", "wayline", {**figures, "revision": 2, "matched": 4, "missing": 0})
     assert (first["type"], first["subject"]) == (METRICS_TYPE, "shop/2026-03-01T09:00:00.000Z")
-    assert (first["data"]["completeness"], first["data"]["revision"]) == (75.0, 1)
+    assert (first["data"]["completeness"], first["data"]["revision"], first["data"]["unreadable"]) == (75.0, 1, 1)
     assert (second["data"]["completeness"], second["data"]["revision"]) == (100.0, 2)
     assert first["id"] != second["id"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pyarrow as pa
 
-from wayline.recon.packing import pack, unpacked
+from wayline.recon.packing import clocked, pack, unpacked
 
 ROUTED = pa.schema([("recon_id", pa.string()), ("side", pa.string()), ("id", pa.string()),
                     ("source", pa.string()), ("time", pa.int64()), ("bucket", pa.int32())])
@@ -48,3 +48,15 @@ def test_one_row_per_key_and_batch_with_every_record_aligned_in_input_order() ->
 
 def test_unpacking_nothing_gives_no_records() -> None:
     assert records(unpacked([])) == []
+
+
+def test_every_bucket_of_a_reconciliation_gets_its_newest_time_and_unreadable_records_move_no_clock() -> None:
+    routed = batch([("r1", "expected", "a", "s1", 10, 2), ("r1", "unreadable", "", "", 99, 1),
+                    ("r2", "heartbeat", "", "", 7, 0), ("r1", "actual", "b", "s1", 12, 0),
+                    ("r3", "unreadable", "", "s1", 50, 1)])
+    out = clocked(routed, 3)
+    assert out.schema == ROUTED
+    assert out.to_pylist()[:5] == routed.to_pylist()  # the records as they came
+    assert [(row["recon_id"], row["side"], row["time"], row["bucket"]) for row in out.to_pylist()[5:]] == [
+        ("r1", "heartbeat", 12, 0), ("r1", "heartbeat", 12, 1), ("r1", "heartbeat", 12, 2),
+        ("r2", "heartbeat", 7, 0), ("r2", "heartbeat", 7, 1), ("r2", "heartbeat", 7, 2)]

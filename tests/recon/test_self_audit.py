@@ -140,7 +140,8 @@ def test_a_removed_outcome_is_exactly_the_one_missing(audit: Audit) -> None:
     assert sorted(set(missing)) == [("wayline.recon.missing", "orders.lost/1/1")]
     lost = audit.windows["orders.lost"]
     assert (lost.window_start, vars(lost.counts), lost.revision) == (T0_MS, {
-        "expected": 3, "matched": 2, "missing": 1, "found": 0, "duplicates": 0, "late": 0, "too_late": 0}, 1)
+        "expected": 3, "matched": 2, "missing": 1, "found": 0, "duplicates": 0, "late": 0, "too_late": 0,
+        "unreadable": 0}, 1)
     assert lost.completeness < 100
 
 

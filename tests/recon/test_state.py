@@ -127,6 +127,15 @@ def test_figures_go_to_the_expected_ids_window_and_source() -> None:
     assert totals == {("s1", W0): Counts(expected=1, matched=1), ("s2", 60 * S): Counts(expected=1, missing=1)}
 
 
+def test_records_it_cannot_read_are_counted_in_their_window_and_source_and_move_nothing() -> None:
+    bucket = Bucket(PERIODS)
+    step = bucket.process([exp("a", 1), act("a", 2)], now=0)
+    bucket.count_unreadable(["s1", "s1", ""], [1 * S, 59 * S, 61 * S], step)
+    assert dict(step.counts) == {("src", W0): Counts(expected=1, matched=1), ("s1", W0): Counts(unreadable=2),
+                                 ("", 60 * S): Counts(unreadable=1)}
+    assert (bucket.clock, bucket.size) == (2 * S, 2)
+
+
 def _stored(bucket: Bucket, store: dict) -> Bucket:
     """What the job does between micro-batches: write the changed chunks, rebuild from the store."""
     for number, chunk in bucket.take_changed().items():

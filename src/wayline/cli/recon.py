@@ -136,7 +136,7 @@ def recon_status(
     table = Table(title=f"{found.name}: watermark {iso(mark) if mark is not None else 'none yet'}, "
                         f"{count} missing now")
     names = ("source", "window_start", "expected", "matched", "missing", "found", "duplicates", "late", "too_late",
-             "completeness", "revision")
+             "unreadable", "completeness", "revision")
     for column in names:
         table.add_column(column)
     for window in shown:

@@ -126,11 +126,7 @@ def _parse_steps(max_bytes: int, max_future_skew_s: float) -> tuple[Callable[[Da
     for name in REQUIRED_ATTRIBUTES:
         any_missing = any_missing | F.col(name).isNull()
     reparsed = F.try_parse_json(text)
-    # Only a time matching the reference's pattern is cast: Spark's cast alone takes "2025".
-    instant = F.upper("time").try_cast("timestamp")
-    event_time = F.when(
-        F.col("time").rlike(TIME_PATTERN) & instant.between(F.lit(EARLIEST_TIME), F.lit(LATEST_TIME)), instant,
-    )
+    event_time = rfc3339_time(F.col("time"))
     ahead = F.unix_micros(F.col("event_time")) - F.unix_micros(F.current_timestamp())
     bad_header = F.exists("headers", lambda h: F.startswith(h["key"], F.lit(BINARY_PREFIX))
                           & ~F.is_valid_utf8(h["value"].cast("string")))
@@ -173,6 +169,14 @@ def _parse_steps(max_bytes: int, max_future_skew_s: float) -> tuple[Callable[[Da
         lambda frame: frame.select(*checked),
         lambda frame: frame.select("*", detail.alias("detail")).drop("_size", "_missing"),
     )
+
+
+def rfc3339_time(text: Column) -> Column:
+    """The instant ``text`` names if it is an RFC 3339 date-time (``wayline.core.envelope``'s
+    rule), else NULL: what the pipelines take as an event's time."""
+    # Only a time matching the reference's pattern is cast: Spark's cast alone takes "2025".
+    instant = F.upper(text).try_cast("timestamp")
+    return F.when(text.rlike(TIME_PATTERN) & instant.between(F.lit(EARLIEST_TIME), F.lit(LATEST_TIME)), instant)
 
 
 def valid_events(parsed: DataFrame) -> DataFrame:
@@ -275,5 +279,6 @@ def event_body() -> Column:
 
 
 __all__ = [
-    "ENVELOPE_COLUMNS", "ENVELOPE_SCHEMA", "event_body", "parse_events", "quarantine_copy", "valid_events",
+    "ENVELOPE_COLUMNS", "ENVELOPE_SCHEMA", "event_body", "parse_events", "quarantine_copy",
+    "rfc3339_time", "valid_events",
 ]

@@ -4,8 +4,10 @@ The query::
 
     Kafka (every reconciliation's topics, one pattern) -> parse once (JVM)
       -> per reconciliation and side: (reconciliation, side, id, source, time) read by
-         Spark SQL expressions (CloudEvents attributes or data.* paths)
-      -> packed in Arrow (``wayline.recon.packing``): per input batch, one row of lists per
+         Spark SQL expressions (CloudEvents attributes or data.* paths); a record a side
+         cannot read as ``unreadable``, and its quarantine copy
+      -> the quarantine copies written from the packing step (acknowledged), then
+         packed in Arrow (``wayline.recon.packing``): per input batch, one row of lists per
          (reconciliation, bucket = hash(id) % recon.buckets), so few rows cross PySpark's
          row-by-row input path of the stateful operator; every bucket of a reconciliation
          gets a heartbeat at the newest time of its records in the batch, so all share one clock
@@ -34,6 +36,7 @@ periods).
 
 from __future__ import annotations
 
+import functools
 import logging
 import pickle
 import random
@@ -41,13 +44,14 @@ import re
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pandas as pd
+import pyarrow as pa
 from confluent_kafka import Producer
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -55,18 +59,18 @@ from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle, St
 from pyspark.sql.types import ArrayType, BinaryType, IntegerType, LongType, StringType, StructField, StructType
 
 from wayline.core.errors import RetryLater, WaylineError
-from wayline.core.kafka import ensure_topics
+from wayline.core.kafka import KafkaRecord, ensure_topics, produce_all
 from wayline.core.settings import Settings
-from wayline.pipelines.envelope import parse_events, valid_events
+from wayline.pipelines.envelope import parse_events, quarantine_copy, rfc3339_time
 from wayline.pipelines.job import RestartingQuery
 from wayline.pipelines.micro_batch import concise_failures
-from wayline.pipelines.source import read_kafka
+from wayline.pipelines.source import delivered_topic_pattern, read_kafka
 from wayline.recon import packing, store
 from wayline.recon import reconciliation as service
 from wayline.recon.events import id_event, metrics_event
 from wayline.recon.periods import Periods
-from wayline.recon.reconciliation import SideIn
-from wayline.recon.state import COUNT_NAMES, SIDE_ORDER, Bucket, Counts, Emitted, Step
+from wayline.recon.reconciliation import SideIn, Unreadable
+from wayline.recon.state import COUNT_NAMES, SIDE_ORDER, UNREADABLE, Bucket, Counts, Emitted, Step
 from wayline.registry.db import Database
 
 log = logging.getLogger(__name__)
@@ -153,31 +157,124 @@ def _field(where: str) -> Column:
 def _time_ms(where: str) -> Column:
     if where == "time":
         return F.unix_millis(F.col("event_time"))
-    return F.unix_millis(_field(where).try_cast("timestamp"))
+    return F.unix_millis(rfc3339_time(_field(where)))
 
 
-def routed_records(events: DataFrame, specs: Sequence[ReconSpec], heartbeat_type: str, buckets: int) -> DataFrame:
-    """(recon_id, side, id, source, time, bucket) per reconciliation a record belongs to; a
-    heartbeat once per reconciliation (``packing.clocked`` takes its time to every bucket)."""
-    routes = []
-    is_heartbeat = F.col("type") == F.lit(heartbeat_type)
-    for spec in specs:
-        on_any = F.lit(False)
-        for side_name, side in (("expected", spec.expected), ("actual", spec.actual)):
-            on_side = F.col("topic").rlike(f"^{side_regex(side)}$")
-            on_any = on_any | on_side
-            routes.append(F.when(on_side & ~is_heartbeat, F.struct(
-                F.lit(spec.id).alias("recon_id"), F.lit(side_name).alias("side"), _field(side.id).alias("id"),
-                F.coalesce(_field(side.source), F.lit("")).alias("source"), _time_ms(side.time).alias("time"),
-            )))
-        routes.append(F.when(on_any & is_heartbeat, F.struct(
-            F.lit(spec.id).alias("recon_id"), F.lit("heartbeat").alias("side"), F.lit("").alias("id"),
-            F.lit("").alias("source"), F.unix_millis(F.col("event_time")).alias("time"),
-        )))
-    exploded = events.select(F.explode(F.array(*routes)).alias("r")).where(
-        F.col("r").isNotNull() & F.col("r.id").isNotNull() & F.col("r.time").isNotNull()).select("r.*")
-    return exploded.select("recon_id", "side", "id", "source", "time",
-                           F.pmod(F.xxhash64(F.col("id")), F.lit(buckets)).cast("int").alias("bucket"))
+# A routed row; ``copy`` is a quarantine copy as ``quarantine_copy`` makes it.
+_ROUTE_FIELDS = (
+    ("recon_id", "string"), ("side", "string"), ("id", "string"), ("source", "string"), ("time", "bigint"),
+    ("bucket", "int"),
+    ("copy", "struct<topic:string,key:binary,value:binary,headers:array<struct<key:string,value:binary>>,"
+             "truncated:boolean>"),
+)
+
+
+def _route(**values: Column) -> Column:
+    """A routed row, every field typed (NULL where not given), so all routes share one type."""
+    return F.struct(*(values.get(name, F.lit(None)).cast(kind).alias(name) for name, kind in _ROUTE_FIELDS))
+
+
+def routed_records(parsed: DataFrame, specs: Sequence[ReconSpec], settings: Settings) -> DataFrame:
+    """Per reconciliation side a record of ``parsed`` (as ``parse_events`` makes it) is on, one
+    row (recon_id, side, id, source, time, bucket); per record to quarantine, one row with only
+    its ``copy``.
+
+    - an event the side reads an id and a time of: a row of that side, in the bucket of its id;
+    - a heartbeat: one row per reconciliation (``packing.clocked`` takes its time to every bucket);
+    - any other record (not an event, or an event with no id or no RFC 3339 time where the
+      side reads them): an ``unreadable`` row, to be counted in the window of the time the
+      side reads, or else of its Kafka timestamp, under the source the side reads, or else "";
+    - a quarantine copy: of an event some side cannot read, with reason
+      :class:`~wayline.recon.reconciliation.Unreadable` (every such side named in the
+      detail), and of a record that is not an event, with the envelope's reason, unless the
+      event pipelines read its topic (they quarantine it): once per record.
+    """
+    buckets = settings.recon.buckets
+    event = F.col("reason").isNull()
+    sides = [(spec, name, side) for spec in specs for name, side in (("expected", spec.expected),
+                                                                    ("actual", spec.actual))]
+    # What each side reads of the record: NULL off the side's topics, and NULL fields for a
+    # record that is not an event. Made once per record, before the routes read it.
+    views = [F.when(F.col("topic").rlike(f"^{side_regex(side)}$"), F.struct(
+        F.when(event, _field(side.id)).alias("id"), F.when(event, _time_ms(side.time)).alias("time"),
+        F.when(event, _field(side.source)).alias("source"),
+    )).alias(f"_side{number}") for number, (_, _, side) in enumerate(sides)]
+    staged = parsed.select(
+        "key", "value", "headers", "topic", "partition", "offset", "timestamp", "event_time", "reason", "detail",
+        event.alias("_event"), (event & (F.col("type") == F.lit(settings.recon.heartbeat_type))).alias("_beat"),
+        *views)
+    is_event, beat = F.col("_event"), F.col("_beat")
+    spread = F.pmod(F.xxhash64("topic", "partition", "offset"), F.lit(buckets))
+    routes, no_id, bad_time = [], [], []
+    on_spec: dict[str, Column] = defaultdict(lambda: F.lit(False))
+    for number, (spec, side_name, side) in enumerate(sides):
+        view = F.col(f"_side{number}")
+        on_side = view.isNotNull()
+        on_spec[spec.id] = on_spec[spec.id] | on_side
+        missing_id = F.coalesce(view["id"], F.lit("")) == F.lit("")
+        read = on_side & is_event & ~beat
+        named = f"reconciliation {spec.name}, {side_name} side"
+        no_id.append(F.when(read & missing_id, F.lit(f"{named}: no id at {side.id}")))
+        bad_time.append(F.when(read & view["time"].isNull(),
+                               F.lit(f"{named}: {side.time} is not an RFC 3339 date-time")))
+        readable = is_event & ~missing_id & view["time"].isNotNull()
+        routes.append(F.when(on_side & ~beat, _route(
+            recon_id=F.lit(spec.id), side=F.when(readable, F.lit(side_name)).otherwise(F.lit(UNREADABLE)),
+            id=F.when(readable, view["id"]).otherwise(F.lit("")), source=F.coalesce(view["source"], F.lit("")),
+            time=F.coalesce(view["time"], F.unix_millis(F.col("timestamp"))),
+            bucket=F.when(readable, F.pmod(F.xxhash64(view["id"]), F.lit(buckets))).otherwise(spread))))
+    for spec_id, on in on_spec.items():
+        routes.append(F.when(on & beat, _route(
+            recon_id=F.lit(spec_id), side=F.lit("heartbeat"), id=F.lit(""), source=F.lit(""),
+            time=F.unix_millis(F.col("event_time")), bucket=F.lit(0))))
+    on_any = functools.reduce(Column.__or__, on_spec.values())
+    judged = staged.withColumn("_unreadable", F.when(F.coalesce(*no_id).isNotNull(), F.lit(
+        Unreadable.MISSING_ID.value)).when(F.coalesce(*bad_time).isNotNull(), F.lit(Unreadable.BAD_TIME.value)))
+    # An event's copy carries the reconciliation's reason; a record that is not an event, the envelope's.
+    marked = judged.withColumns({
+        "_quarantined": F.when(is_event, F.col("_unreadable").isNotNull()).otherwise(
+            on_any & ~F.col("topic").rlike(delivered_topic_pattern(settings))),
+        "reason": F.coalesce(F.col("reason"), F.col("_unreadable")),
+        "detail": F.when(F.col("_unreadable").isNotNull(), F.concat_ws("; ", *no_id, *bad_time)).otherwise(
+            F.col("detail")),
+    })
+    copy = quarantine_copy(settings.kafka.quarantine_topic, settings.kafka.quarantine_max_bytes)
+    routes.append(F.when(F.col("_quarantined"), _route(copy=copy)))
+    return marked.select(F.explode(F.array(*routes)).alias("r")).where(F.col("r").isNotNull()).select("r.*")
+
+
+def packed(settings: Settings) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The ``mapInArrow`` step between routing and the shuffle: each routed batch's quarantine
+    copies written and acknowledged, then its records clocked and packed (``packing``)."""
+    bootstrap, buckets = settings.kafka_bootstrap(), settings.recon.buckets
+    max_bytes = settings.kafka.quarantine_max_bytes
+
+    def pack(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            copies = batch.column("copy")
+            if copies.null_count < batch.num_rows:  # the metadata answers: a healthy batch costs nothing here
+                _quarantine(copies.filter(copies.is_valid()).to_pylist(), bootstrap, max_bytes)
+                batch = batch.filter(batch.column("recon_id").is_valid())
+            yield from packing.pack([packing.clocked(batch.drop_columns(["copy"]), buckets)])
+
+    return pack
+
+
+def _quarantine(copies: list[dict[str, Any]], bootstrap: str, max_bytes: int) -> None:
+    produce_all(_producer(bootstrap, max_bytes), (
+        KafkaRecord(copy["topic"], copy["key"], copy["value"], [(h["key"], h["value"]) for h in copy["headers"]])
+        for copy in copies))
+    truncated = sum(1 for copy in copies if copy["truncated"])
+    if truncated:
+        log.warning("%d quarantine copies were too large for Kafka and reference their original instead", truncated)
+
+
+@functools.cache
+def _producer(bootstrap: str, max_bytes: int) -> Producer:
+    """This Python worker's producer of quarantine copies, made on the first one."""
+    # A copy is at most max_bytes as Kafka counts a record; the request around it needs a little more.
+    return Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5,
+                     "message.max.bytes": max_bytes + 64 * 1024})
 
 
 # -- the stateful processor ----------------------------------------------------------------------
@@ -207,11 +304,16 @@ class ReconProcessor(StatefulProcessor):
 
     def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any) -> Iterator[pd.DataFrame]:
         frame = packing.unpacked(rows)
+        unreadable = (frame["side"] == UNREADABLE).to_numpy()
+        counted = None
+        if unreadable.any():
+            counted = (frame["source"].to_numpy()[unreadable], frame["time"].to_numpy()[unreadable])
+            frame = frame[~unreadable]
         # The reconciler takes records in (time, side, id) order: sorted here, column-wise.
         frame = frame.assign(order=frame["side"].map(SIDE_ORDER)).sort_values(["time", "order", "id"])
         yield self._step((key[0], int(key[1])), (frame["side"].to_numpy(), frame["id"].to_numpy(),
                                                  frame["source"].to_numpy(), frame["time"].to_numpy()),
-                         timerValues.getCurrentProcessingTimeInMs())
+                         timerValues.getCurrentProcessingTimeInMs(), unreadable=counted)
 
     def handleExpiredTimer(self, key: Any, timerValues: Any, expiredTimerInfo: Any) -> Iterator[pd.DataFrame]:
         yield self._step((key[0], int(key[1])), ([], [], [], []), timerValues.getCurrentProcessingTimeInMs(),
@@ -231,7 +333,9 @@ class ReconProcessor(StatefulProcessor):
         return Bucket.restore(periods, meta[1], meta[2], (pickle.loads(value[0]) for value in self._chunks.values()))
 
     def _step(self, group: tuple[str, int], columns: tuple[Sequence, Sequence, Sequence, Sequence], now: int,
-              fired: bool = False) -> pd.DataFrame:
+              fired: bool = False, unreadable: tuple[Sequence, Sequence] | None = None) -> pd.DataFrame:
+        """``columns``: the records (side, id, source, time) in order; ``unreadable``: the
+        (source, time) of the records the reconciliation could not read."""
         recon_id = group[0]
         meta = self._meta.get()
         timer = None if fired or meta is None else meta[3]  # Spark removed a timer that fired
@@ -245,6 +349,8 @@ class ReconProcessor(StatefulProcessor):
             return _frame([])
         bucket = self._bucket(group, meta, periods)
         step = bucket.process_sorted(*columns, now)
+        if unreadable is not None:
+            bucket.count_unreadable(*unreadable, step)
         for number, chunk in bucket.take_changed().items():
             if chunk is None:
                 self._chunks.removeKey((number,))
@@ -284,12 +390,9 @@ def _frame(rows: list[tuple[Any, ...]]) -> pd.DataFrame:
 
 def recon_stream(spark: SparkSession, settings: Settings, specs: Sequence[ReconSpec]) -> DataFrame:
     raw = read_kafka(spark, settings, topics_pattern(specs))
-    events = valid_events(parse_events(raw, settings.envelope))
-    routed = routed_records(events, specs, settings.recon.heartbeat_type, settings.recon.buckets)
-    buckets = settings.recon.buckets
-    packed = routed.mapInArrow(lambda batches: packing.pack(packing.clocked(b, buckets) for b in batches),
-                               PACKED_SCHEMA)
-    return packed.groupBy("recon_id", "bucket").transformWithStateInPandas(
+    routed = routed_records(parse_events(raw, settings.envelope), specs, settings)
+    keyed = routed.mapInArrow(packed(settings), PACKED_SCHEMA)
+    return keyed.groupBy("recon_id", "bucket").transformWithStateInPandas(
         statefulProcessor=ReconProcessor({spec.id: spec.periods for spec in specs}),
         outputStructType=OUTPUT_SCHEMA,
         outputMode="Append",
@@ -443,5 +546,5 @@ class ReconJob:
 
 __all__ = [
     "OUTPUT_SCHEMA", "ReconCounters", "ReconJob", "ReconProcessor", "ReconSet", "ReconSpec", "load_recon_set",
-    "recon_stream", "routed_records", "side_regex", "topics_pattern",
+    "packed", "recon_stream", "routed_records", "side_regex", "topics_pattern",
 ]

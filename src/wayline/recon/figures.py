@@ -21,6 +21,7 @@ class Counts:
     duplicates: int = 0
     late: int = 0
     too_late: int = 0
+    unreadable: int = 0
 
     def add(self, other: Counts) -> None:
         for name in COUNT_NAMES:

@@ -4,11 +4,13 @@ A reconciliation names an *expected* side (an audit or inventory topic, role
 ``producer-expected`` or ``consumer-expected``) and an *actual* side (event topics, role
 ``actual``), each by topic names or one pattern, and how to read a record's id, source and
 event time: a CloudEvents attribute (structured, or ``ce_*`` headers in binary mode) by
-default, or a ``data.*`` path. Periods ``o``, ``n``, ``m``, ``z`` are seconds or ISO 8601
-durations (``wayline.recon.periods`` says what each means). Every operation needs an admin
-key. A change bumps ``revision`` and the recon version (a trigger), which the job polls.
-The output topic is ``recon.output_topic`` unless named; a named one may not be reserved
-(``wayline.core.topics``).
+default, or a ``data.*`` path. A record a side cannot read (not an event; no id, or no
+RFC 3339 time, where the side reads them) is counted ``unreadable`` and quarantined
+(:class:`Unreadable`; README, "Reconciliation"). Periods ``o``, ``n``, ``m``, ``z`` are
+seconds or ISO 8601 durations (``wayline.recon.periods`` says what each means). Every
+operation needs an admin key. A change bumps ``revision`` and the recon version (a
+trigger), which the job polls. The output topic is ``recon.output_topic`` unless named;
+a named one may not be reserved (``wayline.core.topics``).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
+from enum import StrEnum
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -37,6 +40,14 @@ NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
 # What a field may be read from: a CloudEvents attribute, or a path into the event's data.
 ATTRIBUTES = ("id", "source", "subject", "type", "time", "tenantid", "subtenantid")
 DATA_PATH = re.compile(r"^data(\.[A-Za-z_][A-Za-z0-9_]*){1,10}$")
+
+
+class Unreadable(StrEnum):
+    """Why a reconciliation cannot use an event on a side's topics: its quarantine reason (a
+    record that is not an event keeps the envelope's)."""
+
+    MISSING_ID = "recon_missing_id"  # nothing, or an empty string, where the side reads the id
+    BAD_TIME = "recon_bad_time"  # no RFC 3339 date-time where the side reads the time
 
 
 class SideIn(BaseModel):
@@ -262,5 +273,6 @@ def side_of(row: Reconciliation, side: str) -> SideIn:
 
 __all__ = [
     "ATTRIBUTES", "OutputTopics", "PeriodsIn", "ReconciliationIn", "ReconciliationOut", "ReconciliationPatch", "SideIn",
-    "create", "delete", "get", "list_", "periods_of", "recon_version", "row_of", "running", "side_of", "update",
+    "Unreadable", "create", "delete", "get", "list_", "periods_of", "recon_version", "row_of", "running", "side_of",
+    "update",
 ]

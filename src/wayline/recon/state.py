@@ -23,9 +23,11 @@ settled id is found by a vectorised look-up, and the pair is moved into the per-
 before the rules above run on it, so every record is judged exactly as one by one.
 
 Figures are kept per (source, window of ``o``): expected, matched, missing (reported
-and not found since), found, duplicates, late and too-late records. An expected id's
-figures go to its own source and window; an actual's duplicates and late records to the
-actual's source and window. ``process`` returns the changes, which the job adds up.
+and not found since), found, duplicates, late and too-late records, and the records of
+the reconciliation's topics it could not read (:meth:`Bucket.count_unreadable`). An
+expected id's figures go to its own source and window; an actual's duplicates and late
+records to the actual's source and window. ``process`` returns the changes, which the job
+adds up.
 """
 
 from __future__ import annotations
@@ -46,6 +48,8 @@ from wayline.recon.periods import Periods, window_start
 
 Side = Literal["expected", "actual", "heartbeat"]
 SIDE_ORDER = {"expected": 0, "actual": 1, "heartbeat": 2}
+# The routed side of a record the reconciliation cannot read: counted, never judged.
+UNREADABLE = "unreadable"
 PENDING, MATCHED, MISSING = 0, 1, 2
 
 
@@ -184,6 +188,13 @@ class Bucket:
         step.watermark = self.watermark
         self._decide(step)
         return step
+
+    def count_unreadable(self, sources: Sequence[str], times: Sequence[int], step: Step) -> None:
+        """Counts records of the reconciliation's topics that it could not read (not an event,
+        or no id or time where a side reads them) in the window of ``times``; they move nothing else."""
+        windows = np.asarray(times, dtype=np.int64) // self.periods.o * self.periods.o
+        for key, count in _tally(np.asarray(sources, dtype=object), windows):
+            step.counts[key].unreadable += count
 
     def _settle(self, sides: np.ndarray, ids: np.ndarray, sources: np.ndarray, times: np.ndarray,
                 before: int | None, step: Step) -> tuple[list, list, list, list]:
@@ -415,4 +426,4 @@ def _tally(sources: np.ndarray, windows: np.ndarray) -> Iterable[tuple[tuple[str
 # COUNT_NAMES, Counts and Emitted are defined in ``figures``; listed here while the recon job's
 # modules still import them from this one.
 __all__ = ["Bucket", "CHUNK_MS", "COUNT_NAMES", "Chunk", "Counts", "Emitted", "MATCHED", "MISSING", "PENDING", "Record",
-           "SETTLED_SCHEMA", "SIDE_ORDER", "Step"]
+           "SETTLED_SCHEMA", "SIDE_ORDER", "Step", "UNREADABLE"]

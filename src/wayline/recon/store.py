@@ -65,6 +65,7 @@ class ReconMetric(Base):
     duplicates: Mapped[int] = mapped_column(BigInteger, nullable=False, default=0)
     late: Mapped[int] = mapped_column(BigInteger, nullable=False, default=0)
     too_late: Mapped[int] = mapped_column(BigInteger, nullable=False, default=0)
+    unreadable: Mapped[int] = mapped_column(BigInteger, nullable=False, default=0)
     revision: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
     changed: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)

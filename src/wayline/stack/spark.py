@@ -29,6 +29,7 @@ def connector_jars(jars_dir: Path) -> list[Path]:
 
 
 KAFKA_CONSUMERS_CACHED = 1024
+WORKER_DAEMON = "wayline.stack.worker_daemon"
 
 
 def spark_conf(settings: Settings) -> dict[str, str]:
@@ -54,6 +55,9 @@ def spark_conf(settings: Settings) -> dict[str, str]:
         # default 64 would close and reopen consumers in every micro-batch over the brief's
         # 500 topics (a micro-batch reads each partition that has new data).
         "spark.kafka.consumer.cache.capacity": str(KAFKA_CONSUMERS_CACHED),
+        # The Python workers fork from a daemon that has imported Wayline's worker-side
+        # modules already (wayline.stack.worker_daemon).
+        "spark.python.daemon.module": WORKER_DAEMON,
     }
     if not is_local_master(settings.spark.master):
         conf.update(cluster_conf(settings))
@@ -92,4 +96,4 @@ def spark_session(settings: Settings):  # -> pyspark.sql.SparkSession (import is
     return builder.getOrCreate()
 
 
-__all__ = ["ROCKSDB_PROVIDER", "connector_jars", "spark_conf", "spark_session"]
+__all__ = ["ROCKSDB_PROVIDER", "WORKER_DAEMON", "connector_jars", "spark_conf", "spark_session"]

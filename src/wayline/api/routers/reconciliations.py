@@ -23,6 +23,7 @@ class WindowOut(BaseModel):
     duplicates: int
     late: int
     too_late: int
+    unreadable: int  # records of the reconciliation's topics it could not read (also quarantined)
     completeness: float
     revision: int  # 0: the window is still open, not yet published
 
