@@ -118,8 +118,8 @@ async def aiohttp_client(concurrency: int) -> tuple[Send, Callable[[], Awaitable
 
 async def wayline_transport(client: HttpClientName, concurrency: int) -> tuple[Send, Callable[[], Awaitable[None]]]:
     """A Wayline transport (``delivery.http_client``), as the delivery tasks use it."""
-    from wayline.delivery.http_client import transport_for
-    from wayline.delivery.transport import Endpoint, EndpointLimits, Request, Response
+    from wayline.delivery.transports.base import Endpoint, EndpointLimits, Request, Response
+    from wayline.delivery.transports.factory import transport_for
 
     # The benchmark's receiver is on 127.0.0.1, which the transport refuses unless allowed.
     transport = await transport_for(["127.0.0.1/32"], client)().__aenter__()

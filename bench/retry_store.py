@@ -32,7 +32,7 @@ from wayline.core.kafka import ensure_topics
 from wayline.delivery.attempt import Pending, Succeeded, WillRetry
 from wayline.delivery.storage.drain import RetryQueue
 from wayline.delivery.storage.store import PostgresDeliveryStore
-from wayline.delivery.transport import Response
+from wayline.delivery.transports.base import Response
 
 PAYLOAD = b"x" * 512
 

@@ -26,7 +26,7 @@ from wayline.delivery.stage import StageSettings, run_stage
 from wayline.delivery.storage.drain import RetryQueue, run_retry_stage
 from wayline.delivery.storage.store import PostgresDeliveryStore
 from wayline.delivery.targets import Target
-from wayline.delivery.transport import EndpointLimits
+from wayline.delivery.transports.base import EndpointLimits
 
 pytestmark = pytest.mark.integration
 

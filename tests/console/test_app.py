@@ -30,7 +30,7 @@ from wayline.core.progress import Collectors, QueryProgress
 from wayline.core.settings import DeliverySettings, Settings
 from wayline.delivery.metrics import DeliveryMetrics
 from wayline.recon import reconciliation, store
-from wayline.recon.state import Counts
+from wayline.recon.figures import Counts
 from wayline.registry import api_key, catalog, customer, rule
 from wayline.registry.access import ADMIN
 from wayline.registry.endpoint import EndpointIn, EndpointService

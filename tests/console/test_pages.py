@@ -24,7 +24,7 @@ from wayline.core.settings import Settings
 from wayline.delivery.metrics import DeliveryMetrics
 from wayline.delivery.storage.store import AttemptLogEntry, DeliveryLogEntry
 from wayline.recon import reconciliation, store
-from wayline.recon.state import Counts
+from wayline.recon.figures import Counts
 from wayline.registry import api_key, catalog, customer, rule
 from wayline.registry.access import ADMIN
 from wayline.registry.endpoint import EndpointIn, EndpointService

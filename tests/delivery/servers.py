@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
-from wayline.delivery.http_client import transport_for
+from wayline.delivery.transports.factory import transport_for
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 

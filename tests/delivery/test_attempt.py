@@ -10,7 +10,7 @@ from wayline.delivery.attempt import DeadLettered, DeadLetterReason, Gone, Kind,
 from wayline.delivery.batch import BATCH_CONTENT_TYPE, Batch, BatchItem, BatchKey
 from wayline.delivery.retry import HeldBack, RetryPolicy
 from wayline.delivery.signing import batch_message_id, message_id
-from wayline.delivery.transport import Endpoint, Failure, FailureKind, Response
+from wayline.delivery.transports.base import Endpoint, Failure, FailureKind, Response
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 BODY = orjson.dumps({"specversion": "1.0", "id": "e1", "source": "/s", "type": "t", "tenantid": "7"})

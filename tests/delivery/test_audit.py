@@ -6,7 +6,7 @@ import orjson
 
 from wayline.delivery import audit
 from wayline.delivery.attempt import DeadLettered, DeadLetterReason, Pending, Succeeded, defer
-from wayline.delivery.transport import Failure, FailureKind, Response
+from wayline.delivery.transports.base import Failure, FailureKind, Response
 
 AT = datetime(2026, 11, 24, 12, 0, 0, 250000, tzinfo=UTC)
 

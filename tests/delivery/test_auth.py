@@ -11,7 +11,7 @@ from tests.delivery.servers import Recorder, loopback_transport, serve
 from wayline.core.errors import RejectedInput, RetryLater
 from wayline.delivery.auth import BasicAuth, BearerAuth, ClientCredentials, OAuth2ClientCredentials, TokenError
 from wayline.delivery.dispatch import Dispatcher
-from wayline.delivery.transport import Endpoint, Request, Response
+from wayline.delivery.transports.base import Endpoint, Request, Response
 
 CLIENT_ID = "wayline client:1"  # a space and a colon: both must survive form-encoding
 CLIENT_SECRET = "s3cr=t&more"

@@ -18,8 +18,8 @@ from wayline.delivery.auth import BasicAuth
 from wayline.delivery.batch import Batcher, BatchItem, BatchKey, BatchLimits
 from wayline.delivery.circuit import CircuitBreakers, CircuitSettings, CircuitState
 from wayline.delivery.dispatch import Dispatcher, TokenBucket
-from wayline.delivery.memory import MemoryTransport
-from wayline.delivery.transport import Endpoint, EndpointLimits, Failure, FailureKind, Request, Response
+from wayline.delivery.transports.base import Endpoint, EndpointLimits, Failure, FailureKind, Request, Response
+from wayline.delivery.transports.memory import MemoryTransport
 
 
 def request(endpoint: Endpoint, n: int = 0) -> Request:

@@ -1,34 +1,17 @@
-"""The in-memory transport and store behave as the real ones do where tests rely on it."""
+"""The in-memory store behaves as the PostgreSQL one does where tests rely on it."""
 
 from __future__ import annotations
 
-import asyncio
 import random
 from datetime import UTC, datetime
 
 from wayline.delivery.attempt import Pending, settle
-from wayline.delivery.memory import MemoryStore, MemoryTransport, webhook_id
-from wayline.delivery.transport import Endpoint, Failure, FailureKind, Request, Response
+from wayline.delivery.memory import MemoryStore, webhook_id
+from wayline.delivery.transports.base import Failure, FailureKind, Response
 
 
 def pending(event: str) -> Pending:
     return Pending.single(event, b"{}", subscription_id="sub_m", endpoint_id="ep_m", now=datetime.now(UTC))
-
-
-def test_the_transport_answers_from_its_function_and_keeps_each_request() -> None:
-    async def slow(request: Request) -> Response:
-        await asyncio.sleep(0)
-        return Response(202, {}, request.body, 0.0)
-
-    endpoint = Endpoint("ep_m", "http://127.0.0.1:9/")
-
-    async def main() -> list[object]:
-        async with MemoryTransport(slow) as transport:
-            answers = [await transport.send(Request(endpoint, body, {})) for body in (b"a", b"b")]
-        return [answers, [r.body for r in transport.requests]]
-
-    answers, bodies = asyncio.run(main())
-    assert [a.status for a in answers] == [202, 202] and bodies == [b"a", b"b"]  # type: ignore[attr-defined]
 
 
 def test_the_store_keeps_the_first_state_per_webhook_id_like_on_conflict_do_nothing() -> None:

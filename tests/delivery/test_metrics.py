@@ -12,7 +12,7 @@ from wayline.core.metrics import serve_metrics
 from wayline.delivery.attempt import Pending, settle
 from wayline.delivery.metrics import DeliveryMetrics
 from wayline.delivery.outcomes import BatchSummary, Outcome, Tally
-from wayline.delivery.transport import Failure, FailureKind, Response, Result
+from wayline.delivery.transports.base import Failure, FailureKind, Response, Result
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 from wayline.delivery.attempt import Pending, settle
 from wayline.delivery.outcomes import LATENCY_BUCKETS_S, BatchSummary, Outcome, Tally, failure_reason
 from wayline.delivery.retry import RetryPolicy
-from wayline.delivery.transport import Failure, FailureKind, Response
+from wayline.delivery.transports.base import Failure, FailureKind, Response
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 

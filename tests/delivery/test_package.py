@@ -1,18 +1,20 @@
 """Each delivery module's public names are exactly what it defines.
 
-What the modules may load (no HTTP library outside ``http_client``, no database outside
+What the modules may load (no HTTP library outside ``transports``, no database outside
 ``storage``, never Spark) is checked in a fresh interpreter by ``tests/test_imports.py``.
 """
 
 import ast
 import importlib
 import pkgutil
+import re
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
 import wayline.delivery as delivery
+import wayline.delivery.transports as transports
 
 MODULES = sorted(m.name.removeprefix("wayline.delivery.")
                  for m in pkgutil.walk_packages(delivery.__path__, "wayline.delivery.") if not m.ispkg)
@@ -48,3 +50,10 @@ def test_the_package_re_exports_nothing() -> None:
     # module would load SQLAlchemy, aiohttp and Kafka for a retry-policy import.
     assert not hasattr(delivery, "__all__")
     assert [n for n, v in vars(delivery).items() if not n.startswith("_") and not isinstance(v, ModuleType)] == []
+
+
+@pytest.mark.parametrize("package", [delivery, transports], ids=lambda package: package.__name__)
+def test_the_package_docstring_maps_each_of_its_modules(package: ModuleType) -> None:
+    # The map is how a reader finds a module; one left out there is one nobody finds.
+    mapped = re.findall(r"^- ``(\w+)``", package.__doc__ or "", re.MULTILINE)
+    assert sorted(mapped) == sorted(m.name for m in pkgutil.iter_modules(package.__path__))

@@ -14,7 +14,7 @@ from wayline.delivery.retry import (
     classify,
     next_attempt_at,
 )
-from wayline.delivery.transport import Failure, FailureKind, Response
+from wayline.delivery.transports.base import Failure, FailureKind, Response
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 

@@ -21,7 +21,7 @@ from wayline.core.secret import Secret
 from wayline.core.settings import DeliverySettings
 from wayline.delivery.attempt import DeadLettered, DeadLetterReason, Pending, State, settle
 from wayline.delivery.circuit import CircuitSettings, process_breakers
-from wayline.delivery.memory import MemoryStore, MemoryTransport, webhook_id
+from wayline.delivery.memory import MemoryStore, webhook_id
 from wayline.delivery.outcomes import Outcome
 from wayline.delivery.retry import DEFAULT_RETRY_POLICY
 from wayline.delivery.stage import StageSettings, run_stage
@@ -36,7 +36,8 @@ from wayline.delivery.storage.store import (
     RetryEntry,
 )
 from wayline.delivery.targets import Target
-from wayline.delivery.transport import EndpointLimits, Failure, FailureKind, Request, Response, Result
+from wayline.delivery.transports.base import EndpointLimits, Failure, FailureKind, Request, Response, Result
+from wayline.delivery.transports.memory import MemoryTransport
 
 SECRET = Secret.generate()
 DEADLINE_S = 0.5

@@ -7,9 +7,9 @@ from pydantic import SecretStr
 
 from wayline.core.secret import Secret
 from wayline.delivery.auth import BasicAuth, BearerAuth, ClientCredentials, OAuth2ClientCredentials
-from wayline.delivery.http_client import AiohttpTransport
 from wayline.delivery.targets import target_of
-from wayline.delivery.transport import EndpointLimits
+from wayline.delivery.transports.aiohttp import AiohttpTransport
+from wayline.delivery.transports.base import EndpointLimits
 from wayline.registry import endpoint as registry
 from wayline.registry.snapshot import EndpointTarget
 

@@ -17,7 +17,7 @@ from wayline.delivery.outcomes import BatchSummary, Outcome
 from wayline.delivery.stage import StageSettings
 from wayline.delivery.storage.store import AttemptLogEntry, DeliveryLogEntry, RetryEntry
 from wayline.delivery.targets import Target
-from wayline.delivery.transport import EndpointLimits
+from wayline.delivery.transports.base import EndpointLimits
 from wayline.pipelines.sending import SUMMARY_SCHEMA, PartitionSender, task_settings
 
 pytestmark = pytest.mark.integration

@@ -1,5 +1,5 @@
 from wayline.recon.events import FOUND_TYPE, METRICS_TYPE, MISSING_TYPE, completeness, id_event, metrics_event
-from wayline.recon.state import Emitted
+from wayline.recon.figures import Emitted
 
 T = 1_772_355_600_000  # 2026-03-01T09:00:00Z
 

@@ -8,9 +8,10 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from wayline.recon.figures import Counts
 from wayline.recon.packing import clocked, pack
 from wayline.recon.periods import Periods
-from wayline.recon.state import Bucket, Counts, Record, Step
+from wayline.recon.state import Bucket, Record, Step
 
 S = 1000
 # o = 1 min, n = 10 s, m = 60 s, z = 30 s

@@ -10,8 +10,8 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from wayline.recon import reconciliation, store
+from wayline.recon.figures import Counts, Emitted
 from wayline.recon.metrics import ReconMetrics
-from wayline.recon.state import Counts, Emitted
 from wayline.registry.access import ADMIN
 
 pytestmark = pytest.mark.integration

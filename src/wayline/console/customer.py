@@ -14,7 +14,6 @@ import orjson
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse
 
-from wayline.api.routers import endpoint_actions
 from wayline.core.errors import RejectedInput
 from wayline.delivery.storage import attempt_log, dead_letter
 from wayline.registry import catalog, subscription
@@ -118,7 +117,7 @@ def test_endpoint(request: Request, endpoint_id: str, who: ViewerDep, form: Form
     except orjson.JSONDecodeError as exc:
         raise RejectedInput(f"data: not JSON ({exc})") from exc
     body = dead_letter.TestEventIn.model_validate({"data": data})
-    sent = endpoint_actions.send_test_event(endpoint_id, body, database_of(request), who.caller, settings_of(request))
+    sent = dead_letter.send_test_event(database_of(request), who.caller, endpoint_id, body, settings_of(request).api)
     return back_to("/attempts", endpoint_id=endpoint_id, webhook_id=sent.webhook_id)
 
 

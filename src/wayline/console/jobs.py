@@ -7,7 +7,9 @@ keeps each job's previous one; the page re-reads every few seconds), the count f
 batch counter and the duration from its phase counters, averaged.
 
 The jobs are read at once, each with its own short timeout, through one HTTP client: the
-page waits for the slowest, not for their sum.
+page waits for the slowest, not for their sum. The client (httpx, which loads rich for its
+own command line) and the Prometheus parser are loaded at the first reading, not with the
+console: a process that serves the console but never reads the jobs loads neither.
 """
 
 from __future__ import annotations
@@ -18,11 +20,12 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from threading import Lock
-
-import httpx
-from prometheus_client.parser import text_string_to_metric_families
+from typing import TYPE_CHECKING
 
 from wayline.core.settings import Settings
+
+if TYPE_CHECKING:
+    import httpx
 
 Samples = dict[str, list[tuple[dict[str, str], float]]]
 
@@ -55,6 +58,8 @@ JOBS = (
 def parse(text: str) -> Samples:
     """Every sample by family name (a counter's ``_total`` suffix dropped); histograms keep
     their own suffixed names (``_bucket``, ``_sum``, ``_count``)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
     found: Samples = defaultdict(list)
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
@@ -110,6 +115,8 @@ def _refused(exc: BaseException) -> bool:
 
 def _unreachable(exc: Exception, url: str, timeout_s: float) -> tuple[str, str]:
     """Why a job's metrics could not be read, in words (not the socket's errno)."""
+    import httpx
+
     if _refused(exc):
         return NOT_RUNNING, f"nothing listens at {url}"
     if isinstance(exc, httpx.TimeoutException):
@@ -127,19 +134,25 @@ class JobsWatch:
     def __init__(self, timeout_s: float, clock: Callable[[], float] = time.monotonic) -> None:
         self._timeout_s = timeout_s
         self._clock = clock
-        # One client for every reading: each new one builds a TLS context first, a third
-        # of a second on a busy host, and the metrics are plain HTTP on the jobs' hosts.
-        self._http = httpx.Client(timeout=timeout_s, trust_env=False)
+        self._http: httpx.Client | None = None
         self._last: dict[str, tuple[float, float]] = {}
         self._lock = Lock()
 
     def read(self, spec: JobSpec, settings: Settings) -> JobStatus:
+        import httpx
+
         host, port = spec.address(settings)
         if port == 0:
             return JobStatus(spec.name, None, UNKNOWN, "its metrics port is 0 (any free port): set one to see it here")
         url = f"http://{host}:{port}/metrics"
+        with self._lock:
+            if self._http is None:
+                # One client for every reading: each new one builds a TLS context first, a third
+                # of a second on a busy host, and the metrics are plain HTTP on the jobs' hosts.
+                self._http = httpx.Client(timeout=self._timeout_s, trust_env=False)
+            http = self._http
         try:
-            answer = self._http.get(url)
+            answer = http.get(url)
             answer.raise_for_status()
             samples = parse(answer.text)
         except (httpx.HTTPError, ValueError) as exc:

@@ -9,11 +9,10 @@ call these on groups and Arrow batches):
 - ``retry``        outcome classification and the retry schedule (``next_attempt_at``)
 - ``attempt``      one frozen type per delivery state; ``settle`` moves between them
 - ``circuit``      per-endpoint circuit breakers
-- ``transport``    the transport interface and its request/result values
+- ``transports``   the transport interface and its request/result values and settings; the pyreqwest
+                   (default), aiohttp and in-memory transports; ``transport_for``, which picks one
 - ``dispatch``     a group of sends under one deadline, with per-endpoint limits
-- ``http_client``  the transport settings, ``transport_for`` and the aiohttp transport
-- ``reqwest_transport`` the pyreqwest transport (the default)
-- ``memory``       an in-memory transport and delivery store, for tests
+- ``memory``       an in-memory delivery store, for tests (with ``transports.memory``)
 - ``audit``        the self-audit's consumed and outcome records
 - ``auth``         Basic, Bearer and OAuth2 client-credentials headers
 - ``targets``      an endpoint as a sending task needs it (picklable, auth bound per task)
@@ -28,7 +27,7 @@ call these on groups and Arrow batches):
 - ``work``         the work topic's record: a request from the matching query to a sender process
 - ``runtime``      what sends outside Spark: the send step, the worker pool, the sender processes
 
-Only ``http_client`` and ``reqwest_transport`` import an HTTP client; ``metrics`` renders
+Only ``transports.pyreqwest`` and ``transports.aiohttp`` import an HTTP client; ``metrics`` renders
 the totals with prometheus-client (``wayline.core.metrics`` serves them); ``storage``
 talks to PostgreSQL, ``operations`` to Kafka, ``runtime`` to all three. Everything else loads none of them
 (``tests/test_imports.py`` checks it), and this package re-exports nothing: import

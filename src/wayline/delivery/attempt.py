@@ -32,7 +32,7 @@ from wayline.delivery.retry import (
     next_attempt_at,
 )
 from wayline.delivery.signing import batch_message_id, message_id, signed_headers
-from wayline.delivery.transport import Endpoint, FailureKind, Request, Response, Result
+from wayline.delivery.transports.base import Endpoint, FailureKind, Request, Response, Result
 
 
 class Kind(StrEnum):

@@ -1,9 +1,9 @@
 """Endpoint authentication on top of the signature: Basic, Bearer, OAuth2 client credentials.
 
 Each kind gives the headers for a request to its endpoint (the
-:class:`~wayline.delivery.transport.Auth` interface). One object serves every request
+:class:`~wayline.delivery.transports.base.Auth` interface). One object serves every request
 to an endpoint, so the OAuth2 token is fetched once and shared until shortly before
-it expires. Token fetches go through a :class:`~wayline.delivery.transport.Transport`,
+it expires. Token fetches go through a :class:`~wayline.delivery.transports.base.Transport`,
 so they obey the same timeouts and can be tested against a real local token server.
 """
 
@@ -19,7 +19,7 @@ from urllib.parse import quote_plus, urlencode
 import orjson
 
 from wayline.core.errors import RejectedInput, RetryLater
-from wayline.delivery.transport import Endpoint, Failure, Request, Transport
+from wayline.delivery.transports.base import Endpoint, Failure, Request, Transport
 
 AUTHORIZATION = "authorization"
 FORM_CONTENT_TYPE = "application/x-www-form-urlencoded"

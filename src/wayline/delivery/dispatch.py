@@ -12,7 +12,7 @@ after a 410 nothing more goes to that subscription. Requests that never left —
 those, by an open circuit, or still waiting for a slot at the deadline — come back as
 :class:`~wayline.delivery.retry.HeldBack`: no attempt.
 
-Works over any :class:`~wayline.delivery.transport.Transport`. One dispatcher belongs
+Works over any :class:`~wayline.delivery.transports.base.Transport`. One dispatcher belongs
 to one event loop (its semaphores bind to the loop that first uses them).
 """
 
@@ -28,7 +28,7 @@ from datetime import datetime, timedelta, timezone
 from wayline.core.errors import RetryLater
 from wayline.delivery.circuit import CircuitBreaker, CircuitBreakers, Throttles
 from wayline.delivery.retry import DEFAULT_MAX_RETRY_AFTER, GONE, HeldBack, Verdict, classify, retry_after
-from wayline.delivery.transport import (
+from wayline.delivery.transports.base import (
     Endpoint,
     EndpointLimits,
     Failure,

@@ -1,44 +1,15 @@
-"""A transport and a delivery store in memory, as httpx ships a mock transport: what sits
-above them (the dispatcher, the stage, retry and circuit logic) can then be unit-tested on
-plain values. Integration tests keep the aiohttp transport and PostgreSQL.
+"""A delivery store in memory: with the in-memory transport (``transports.memory``), what sits
+above them (the dispatcher, the stage, retry and circuit logic) can be unit-tested on plain
+values. Integration tests keep PostgreSQL and the HTTP transports.
 """
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Awaitable, Callable, Collection, Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime
-from typing import Any
 
 from wayline.delivery.attempt import Gone, State, Succeeded, WillRetry
 from wayline.delivery.stage import Blocked
-from wayline.delivery.transport import Request, Result
-
-Answer = Callable[[Request], Result | Awaitable[Result]]
-
-
-class MemoryTransport:
-    """Answers each request with ``answer(request)`` (a coroutine may wait, to play a slow
-    endpoint) and keeps every request it was given, in order."""
-
-    def __init__(self, answer: Answer) -> None:
-        self._answer = answer
-        self.requests: list[Request] = []
-
-    async def send(self, request: Request) -> Result:
-        self.requests.append(request)
-        result = self._answer(request)
-        return await result if inspect.isawaitable(result) else result
-
-    async def __aenter__(self) -> MemoryTransport:
-        return self
-
-    async def __aexit__(self, *_exc: Any) -> None:
-        return None
-
-    def factory(self) -> Callable[[], MemoryTransport]:
-        """A stage's transport factory that always hands out this transport."""
-        return lambda: self
 
 
 class MemoryStore:
@@ -74,4 +45,4 @@ def webhook_id(state: State) -> str:
     return state.failed.webhook_id
 
 
-__all__ = ["Answer", "MemoryStore", "MemoryTransport", "webhook_id"]
+__all__ = ["MemoryStore", "webhook_id"]

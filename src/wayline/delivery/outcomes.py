@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 
 from wayline.delivery.attempt import DeadLettered, Pending, State, Succeeded, WillRetry
-from wayline.delivery.transport import Response, Result
+from wayline.delivery.transports.base import Response, Result
 
 # Upper bounds (seconds) of the response-latency histogram; one more bucket holds the rest.
 LATENCY_BUCKETS_S: tuple[float, ...] = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)

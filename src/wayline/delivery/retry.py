@@ -20,7 +20,7 @@ from typing import Protocol
 
 from wayline.core.errors import RejectedInput
 from wayline.core.settings import DEFAULT_RETRY_JITTER, DEFAULT_RETRY_SCHEDULE_S
-from wayline.delivery.transport import Failure, FailureKind, Response, Result
+from wayline.delivery.transports.base import Failure, FailureKind, Response, Result
 
 DEFAULT_SCHEDULE = tuple(timedelta(seconds=s) for s in DEFAULT_RETRY_SCHEDULE_S)
 DEFAULT_JITTER = DEFAULT_RETRY_JITTER

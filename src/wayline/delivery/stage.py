@@ -39,7 +39,7 @@ from wayline.delivery.dispatch import Dispatcher
 from wayline.delivery.outcomes import Tally
 from wayline.delivery.retry import DEFAULT_RETRY_POLICY, HeldBack, Random, RetryPolicy
 from wayline.delivery.targets import Target
-from wayline.delivery.transport import Endpoint, Failure, FailureKind, Request, Result, Transport
+from wayline.delivery.transports.base import Endpoint, Failure, FailureKind, Request, Result, Transport
 
 TransportFactory = Callable[[], AbstractAsyncContextManager[Transport]]
 Record = Callable[[Sequence[State]], None]

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from wayline.core.errors import RejectedInput
 from wayline.core.secret import Secret
 from wayline.delivery.auth import BasicAuth, BearerAuth, ClientCredentials, OAuth2ClientCredentials
-from wayline.delivery.transport import Auth, Endpoint, EndpointLimits, Transport
+from wayline.delivery.transports.base import Auth, Endpoint, EndpointLimits, Transport
 
 if TYPE_CHECKING:
     # Only for types: the snapshot module loads SQLAlchemy, which the delivery core does without.

@@ -15,7 +15,6 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -25,6 +24,7 @@ from sqlalchemy.orm import Session
 from wayline.core.errors import Forbidden, NotFound, RejectedInput
 from wayline.core.topics import ReservedTopics
 from wayline.messaging.models import TopicGrant
+from wayline.messaging.wire import GrantOut
 from wayline.registry import api_key
 from wayline.registry.access import Caller
 from wayline.registry.db import Database
@@ -43,15 +43,6 @@ class GrantIn(BaseModel):
     api_key_id: str
     pattern: str = Field(min_length=1, max_length=249, description="a topic name or glob: `orders.*`")
     actions: list[Action] = Field(min_length=1)
-
-
-class GrantOut(BaseModel):
-    model_config = ConfigDict(from_attributes=True)
-    id: str
-    api_key_id: str
-    pattern: str
-    actions: list[str]
-    created_at: datetime
 
 
 @dataclass(frozen=True)
@@ -144,6 +135,6 @@ def delete_grant(session: Session, caller: Caller, grant_id: str) -> None:
 
 
 __all__ = [
-    "Action", "Authorizer", "GrantIn", "GrantOut", "Permissions", "authorize", "create_grant", "delete_grant",
+    "Action", "Authorizer", "GrantIn", "Permissions", "authorize", "create_grant", "delete_grant",
     "list_grants",
 ]

@@ -21,9 +21,7 @@ import orjson
 from pydantic import TypeAdapter
 
 from wayline.core.errors import WaylineError
-from wayline.messaging.access import GrantOut
-from wayline.messaging.topics import TopicOut
-from wayline.messaging.wire import PollOut, PublishOut, TopicList, TransactionOut
+from wayline.messaging.wire import GrantOut, PollOut, PublishOut, TopicList, TopicOut, TransactionOut
 
 T = TypeVar("T")
 Events = Mapping[str, Any] | Sequence[Mapping[str, Any]]

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from wayline.core.errors import Conflict, NotFound, RejectedInput, RetryLater
 from wayline.core.topics import ReservedTopics
+from wayline.messaging.wire import PartitionOut, TopicOut
 
 TOPIC_PATTERN = r"^[A-Za-z0-9._-]{1,249}$"
 TIMEOUT_S = 30
@@ -23,19 +24,6 @@ class TopicIn(BaseModel):
     retention_ms: int | None = Field(
         default=None, ge=-1, description="-1 keeps records forever; unset: the broker's default"
     )
-
-
-class PartitionOut(BaseModel):
-    partition: int
-    earliest_offset: int
-    latest_offset: int
-
-
-class TopicOut(BaseModel):
-    name: str
-    partitions: list[PartitionOut]
-    retention_ms: int | None
-    records: int = Field(description="records the partitions span (earliest to latest offset, markers included)")
 
 
 class TopicAdmin:
@@ -111,4 +99,4 @@ class TopicAdmin:
         return {tp.partition: future.result(timeout=TIMEOUT_S).offset for tp, future in futures.items()}
 
 
-__all__ = ["PartitionOut", "TOPIC_PATTERN", "TopicAdmin", "TopicIn", "TopicOut"]
+__all__ = ["TOPIC_PATTERN", "TopicAdmin", "TopicIn"]

@@ -1,11 +1,13 @@
 """The messaging API's request and response bodies, shared by the service (its OpenAPI
-document) and the typed client."""
+document) and the typed client. Plain pydantic models: the client imports this module and
+nothing of the service's (SQLAlchemy, confluent-kafka)."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 
 class RecordError(BaseModel):
@@ -65,13 +67,35 @@ class TopicList(BaseModel):
     data: list[str]
 
 
+class PartitionOut(BaseModel):
+    partition: int
+    earliest_offset: int
+    latest_offset: int
+
+
+class TopicOut(BaseModel):
+    name: str
+    partitions: list[PartitionOut]
+    retention_ms: int | None
+    records: int = Field(description="records the partitions span (earliest to latest offset, markers included)")
+
+
+class GrantOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+    id: str
+    api_key_id: str
+    pattern: str
+    actions: list[str]
+    created_at: datetime
+
+
 def transaction_body(outcome: Any, timeout_s: float) -> dict[str, Any]:
     return {"id": outcome.id, "state": outcome.state, "written": outcome.written, "topics": outcome.topics,
             "timeout_s": timeout_s}
 
 
 __all__ = [
-    "ErrorDetail", "ErrorOut", "PollOut", "PolledRecord", "PublishOut", "RecordError", "RecordResult", "TopicList",
-    "TransactionOut",
+    "ErrorDetail", "ErrorOut", "GrantOut", "PartitionOut", "PollOut", "PolledRecord", "PublishOut", "RecordError",
+    "RecordResult", "TopicList", "TopicOut", "TransactionOut",
     "transaction_body",
 ]

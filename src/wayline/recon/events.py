@@ -11,7 +11,7 @@ import hashlib
 from datetime import datetime, timezone
 from typing import Any
 
-from wayline.recon.state import COUNT_NAMES, Emitted
+from wayline.recon.figures import COUNT_NAMES, Emitted
 
 MISSING_TYPE = "wayline.recon.missing"
 FOUND_TYPE = "wayline.recon.found"

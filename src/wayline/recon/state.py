@@ -35,7 +35,7 @@ from __future__ import annotations
 import heapq
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
@@ -43,6 +43,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from wayline.recon.figures import COUNT_NAMES, Counts, Emitted
 from wayline.recon.periods import Periods, window_start
 
 Side = Literal["expected", "actual", "heartbeat"]
@@ -58,38 +59,6 @@ class Record:
     id: str
     source: str
     time: int  # event time, ms since the epoch
-
-
-@dataclass
-class Counts:
-    expected: int = 0
-    matched: int = 0
-    missing: int = 0
-    found: int = 0
-    duplicates: int = 0
-    late: int = 0
-    too_late: int = 0
-    unreadable: int = 0
-
-    def add(self, other: Counts) -> None:
-        for name in COUNT_NAMES:
-            setattr(self, name, getattr(self, name) + getattr(other, name))
-
-    def __bool__(self) -> bool:
-        return any(getattr(self, name) for name in COUNT_NAMES)
-
-
-COUNT_NAMES = tuple(f.name for f in fields(Counts))
-
-
-@dataclass(frozen=True)
-class Emitted:
-    kind: Literal["missing", "found"]
-    id: str
-    source: str
-    expected_time: int
-    actual_time: int | None
-    watermark: int
 
 
 @dataclass
@@ -454,5 +423,7 @@ def _tally(sources: np.ndarray, windows: np.ndarray) -> Iterable[tuple[tuple[str
     return [((source, int(window)), int(count)) for (source, window), count in tallied.items()]
 
 
+# COUNT_NAMES, Counts and Emitted are defined in ``figures``; listed here while the recon job's
+# modules still import them from this one.
 __all__ = ["Bucket", "CHUNK_MS", "COUNT_NAMES", "Chunk", "Counts", "Emitted", "MATCHED", "MISSING", "PENDING", "Record",
            "SETTLED_SCHEMA", "SIDE_ORDER", "Step", "UNREADABLE"]

@@ -38,7 +38,7 @@ from sqlalchemy.orm import Mapped, Session, mapped_column
 
 from wayline.core.errors import RejectedInput
 from wayline.recon.events import completeness
-from wayline.recon.state import COUNT_NAMES, Counts, Emitted
+from wayline.recon.figures import COUNT_NAMES, Counts, Emitted
 from wayline.registry.access import Page, decode_cursor, encode_cursor
 from wayline.registry.models import Base, Reconciliation
 

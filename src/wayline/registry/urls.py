@@ -6,9 +6,9 @@ non-public address would let a customer probe that network (SSRF). Such URLs are
 refused unless their host name or address range is on the operator's allow-list.
 
 The same :class:`AddressPolicy` decides twice: here, when an endpoint is created or
-changed, and in the delivery transport's resolver at connect time
-(``wayline.delivery.http_client``), since DNS answers can change (rebinding) and the
-allow-list may have been narrowed since the endpoint was created.
+changed, and in the delivery transports at connect time (``wayline.delivery.transports``),
+since DNS answers can change (rebinding) and the allow-list may have been narrowed since
+the endpoint was created.
 """
 
 from __future__ import annotations

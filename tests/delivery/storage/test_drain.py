@@ -40,7 +40,7 @@ from wayline.delivery.storage.store import (
     RetryEntry,
 )
 from wayline.delivery.targets import Target
-from wayline.delivery.transport import EndpointLimits, Failure, FailureKind
+from wayline.delivery.transports.base import EndpointLimits, Failure, FailureKind
 from wayline.registry import catalog, customer, subscription
 from wayline.registry.access import ADMIN
 from wayline.registry.endpoint import EndpointIn, EndpointPatch, EndpointService

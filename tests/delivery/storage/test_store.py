@@ -13,7 +13,7 @@ from sqlalchemy import select
 from wayline.delivery.attempt import Pending, Succeeded, WillRetry, settle
 from wayline.delivery.retry import HeldBack
 from wayline.delivery.storage.store import DeliveryLogEntry, PostgresDeliveryStore, attempt_row, event_type
-from wayline.delivery.transport import FailureKind, Response
+from wayline.delivery.transports.base import FailureKind, Response
 
 pytestmark = pytest.mark.integration
 

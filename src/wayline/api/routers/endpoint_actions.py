@@ -5,11 +5,7 @@ from fastapi import APIRouter
 from wayline.api.bodies import JsonRoute
 from wayline.api.deps import DB, CallerDep, EndpointsDep, SettingsDep
 from wayline.delivery.storage import dead_letter
-from wayline.registry import endpoint_tests
-from wayline.registry.access import owned
 from wayline.registry.endpoint import EndpointOut, EndpointPatch
-from wayline.registry.ids import new_id
-from wayline.registry.models import Endpoint
 
 router = APIRouter(prefix="/endpoints", tags=["endpoints"], route_class=JsonRoute)
 
@@ -26,11 +22,7 @@ def send_test_event(endpoint_id: str, body: dead_letter.TestEventIn, db: DB, cal
     """Queue a signed `wayline.endpoint.test` event; its attempts appear under /attempts. Its data is
     limited in size (413 above `api.test_event_max_bytes`) and each endpoint to
     `api.test_events_per_minute` of them (429 beyond)."""
-    endpoint_tests.check_size(body.data, settings.api.test_event_max_bytes)
-    with db.transaction() as session:
-        owned(session, Endpoint, endpoint_id, caller, "endpoint")
-        endpoint_tests.admit(session, endpoint_id, settings.api.test_events_per_minute)
-        return dead_letter.send_test_event(session, caller, endpoint_id, body, new_id("test_event"))
+    return dead_letter.send_test_event(db, caller, endpoint_id, body, settings.api)
 
 
 __all__ = ["router"]

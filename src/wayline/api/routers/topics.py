@@ -6,8 +6,8 @@ from fastapi import APIRouter, Response
 
 from wayline.api.bodies import JsonRoute
 from wayline.api.messaging_deps import ERROR_RESPONSES, MessagingDep, PermissionsDep
-from wayline.messaging.topics import TopicIn, TopicOut
-from wayline.messaging.wire import TopicList
+from wayline.messaging.topics import TopicIn
+from wayline.messaging.wire import TopicList, TopicOut
 
 router = APIRouter(responses=ERROR_RESPONSES, route_class=JsonRoute)
 

@@ -25,15 +25,15 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from confluent_kafka import Producer
 
 from wayline.core.settings import Settings
-from wayline.delivery.http_client import transport_for
 from wayline.delivery.storage.drain import RetryQueue
 from wayline.delivery.storage.store import PostgresDeliveryStore
-from wayline.delivery.transport import Transport
+from wayline.delivery.transports.base import Transport
+from wayline.delivery.transports.factory import transport_for
 from wayline.registry.db import make_engine
 
 if TYPE_CHECKING:
-    from wayline.delivery.http_client import AiohttpTransport
-    from wayline.delivery.reqwest_transport import ReqwestTransport
+    from wayline.delivery.transports.aiohttp import AiohttpTransport
+    from wayline.delivery.transports.pyreqwest import ReqwestTransport
 
 _T = TypeVar("_T")
 # Bundles of batch-mode leftovers may be this large (the batch topic allows it).

@@ -24,10 +24,14 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
 from wayline.core.errors import Conflict, NotFound, RejectedInput
+from wayline.core.settings import ApiSettings
 from wayline.delivery.attempt import Kind, Pending
 from wayline.delivery.storage.attempt_log import AttemptOut, list_attempts
 from wayline.delivery.storage.store import DeadLetterEntry, RetryEntry
+from wayline.registry import endpoint_tests
 from wayline.registry.access import Caller, decode_cursor, encode_cursor, owned
+from wayline.registry.db import Database
+from wayline.registry.ids import new_id
 from wayline.registry.models import Endpoint
 
 REPLAY_NOTE = "replay requested"
@@ -184,8 +188,20 @@ def replay_dead_letters(session: Session, caller: Caller, body: ReplayRange, now
     return _requeue(session, rows, now or datetime.now(timezone.utc))
 
 
-def send_test_event(session: Session, caller: Caller, endpoint_id: str, body: TestEventIn,
-                    event_id: str, now: datetime | None = None) -> TestEventOut:
+def send_test_event(database: Database, caller: Caller, endpoint_id: str, body: TestEventIn,
+                    limits: ApiSettings) -> TestEventOut:
+    """Queue a signed test event for the caller's endpoint, within the test-event limits: its
+    size (``api.test_event_max_bytes``) and how many per endpoint per minute
+    (``api.test_events_per_minute``). What the API's and the console's test buttons do."""
+    endpoint_tests.check_size(body.data, limits.test_event_max_bytes)
+    with database.transaction() as session:
+        owned(session, Endpoint, endpoint_id, caller, "endpoint")
+        endpoint_tests.admit(session, endpoint_id, limits.test_events_per_minute)
+        return _queue_test_event(session, caller, endpoint_id, body, new_id("test_event"))
+
+
+def _queue_test_event(session: Session, caller: Caller, endpoint_id: str, body: TestEventIn,
+                      event_id: str, now: datetime | None = None) -> TestEventOut:
     """Queue a signed test event for the endpoint; the retry path sends it within a poll
     interval, and its attempts show in the attempt log like any delivery's."""
     endpoint = _enabled(session, caller, endpoint_id)

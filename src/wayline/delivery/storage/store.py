@@ -61,7 +61,7 @@ from wayline.core.errors import RetryLater
 from wayline.delivery.attempt import DeadLettered, Gone, Pending, State, Succeeded, WillRetry
 from wayline.delivery.retry import HeldBack, retry_after
 from wayline.delivery.stage import Blocked
-from wayline.delivery.transport import Failure, FailureKind, Response, Result
+from wayline.delivery.transports.base import Failure, FailureKind, Response, Result
 from wayline.registry.models import Base, Subscription
 
 GONE_REASON = "gone"

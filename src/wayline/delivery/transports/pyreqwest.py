@@ -33,8 +33,7 @@ from pyreqwest.exceptions import ConnectError, PyreqwestError, RequestTimeoutErr
 from pyreqwest.response import ResponseBodyReader
 from yarl import URL
 
-from wayline.delivery.http_client import HttpSettings
-from wayline.delivery.transport import Failure, FailureKind, Request, Response, Result
+from wayline.delivery.transports.base import Failure, FailureKind, HttpSettings, Request, Response, Result
 
 _SCHEMES = frozenset({"http", "https"})
 

@@ -1,7 +1,7 @@
 """The aiohttp transport: one pooled session, HTTP/1.1 keep-alive, a timeout per request.
 
 aiohttp's exceptions stop here: every network problem becomes a
-:class:`~wayline.delivery.transport.Failure` with a reason a customer can read.
+:class:`~wayline.delivery.transports.base.Failure` with a reason a customer can read.
 
 Every connection goes only to an address the operator's URL policy admits
 (:class:`~wayline.registry.urls.AddressPolicy`, the one that checked the URL when the
@@ -16,49 +16,14 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import socket
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from functools import partial
 from types import TracebackType
-from typing import TYPE_CHECKING
 
 import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
 from yarl import URL
 
-from wayline.core.settings import DEFAULT_HTTP_CLIENT, HttpClientName
-from wayline.delivery.transport import Failure, FailureKind, Request, Response, Result
+from wayline.delivery.transports.base import Failure, FailureKind, HttpSettings, Request, Response, Result
 from wayline.registry.urls import AddressPolicy
-
-if TYPE_CHECKING:
-    from wayline.delivery.reqwest_transport import ReqwestTransport
-
-DEFAULT_CONNECT_TIMEOUT_S = 5.0
-# Longer than the real-time matching query's batch (delivery.realtime_checkpoint_s, 30 s):
-# each batch boundary sends the sender processes a burst, which found the connections of
-# the last burst just expired at 30 s and opened ~200 new ones every 30 s at 300 events/s
-# (docs/benchmarks.md, "Failure isolation and connections"). reqwest's and Go's own
-# default; a server that closes sooner is seen closing and its connection dropped.
-DEFAULT_KEEPALIVE_S = 90.0
-DEFAULT_MAX_RESPONSE_BYTES = 64 * 1024
-DEFAULT_DNS_CACHE_S = 300
-USER_AGENT = "Wayline-Webhooks/1"
-
-
-@dataclass(frozen=True, slots=True)
-class HttpSettings:
-    """``max_connections`` of 0 leaves the pool uncapped on purpose: the per-endpoint
-    in-flight limits bound it, and a shared cap would let hanging endpoints hold every
-    connection and starve the healthy ones."""
-
-    max_connections: int = 0
-    connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S
-    keepalive_s: float = DEFAULT_KEEPALIVE_S
-    max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
-    dns_cache_s: int = DEFAULT_DNS_CACHE_S
-    user_agent: str = USER_AGENT
-    allowed: AddressPolicy = AddressPolicy()
-    """Which non-public addresses may be reached; by default none."""
 
 
 class _AddressRefused(OSError):
@@ -165,20 +130,6 @@ class AiohttpTransport:
             return Failure(FailureKind.CONNECTION, _describe(exc), loop.time() - started)
 
 
-def transport_for(
-    allow_list: Iterable[str], client: HttpClientName = DEFAULT_HTTP_CLIENT
-) -> Callable[[], AiohttpTransport | ReqwestTransport]:
-    """A factory of ``client`` transports (``delivery.http_client``) that reach non-public
-    addresses only as ``allow_list`` admits."""
-    settings = HttpSettings(allowed=AddressPolicy.of(allow_list))
-    if client == "aiohttp":
-        return partial(AiohttpTransport, settings)
-    # Imported here: the pyreqwest transport builds on this module's HttpSettings.
-    from wayline.delivery.reqwest_transport import ReqwestTransport
-
-    return partial(ReqwestTransport, settings)
-
-
 def _literal_refusal(url: str, policy: AddressPolicy) -> str | None:
     """Why the policy refuses the URL's host, when that host is an address (aiohttp resolves no literal)."""
     try:
@@ -214,13 +165,4 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
-__all__ = [
-    "DEFAULT_CONNECT_TIMEOUT_S",
-    "DEFAULT_DNS_CACHE_S",
-    "DEFAULT_KEEPALIVE_S",
-    "DEFAULT_MAX_RESPONSE_BYTES",
-    "USER_AGENT",
-    "AiohttpTransport",
-    "HttpSettings",
-    "transport_for",
-]
+__all__ = ["AiohttpTransport"]

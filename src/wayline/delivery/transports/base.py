@@ -1,11 +1,13 @@
-"""The transport interface: what it takes to send one HTTP request, and what comes back.
+"""The transport interface: what it takes to send one HTTP request, what comes back, and the
+settings every HTTP transport takes.
 
 Everything above this interface (signing, retry policy, the dispatcher, OAuth2) works
-on these plain values, so it can be tested with any transport; the aiohttp
-implementation lives in ``wayline.delivery.http_client``. A transport never raises for
-a network problem: timeouts and connection errors come back as a :class:`Failure`
-value, because for a webhook sender they are ordinary outcomes that the retry policy
-classifies, not exceptional control flow.
+on these plain values, so it can be tested with any transport. The implementations live
+beside this module, each importing only it: ``pyreqwest`` (the default), ``aiohttp`` and
+``memory`` (for tests); ``factory.transport_for`` picks one by ``delivery.http_client``. A
+transport never raises for a network problem: timeouts and connection errors come back
+as a :class:`Failure` value, because for a webhook sender they are ordinary outcomes that
+the retry policy classifies, not exceptional control flow.
 """
 
 from __future__ import annotations
@@ -16,10 +18,21 @@ from enum import StrEnum
 from typing import Protocol
 
 from wayline.core.errors import RejectedInput
+from wayline.registry.urls import AddressPolicy
 
 # The Standard Webhooks spec recommends giving receivers 15-30 s.
 DEFAULT_TIMEOUT_S = 15.0
 DEFAULT_MAX_IN_FLIGHT = 16
+DEFAULT_CONNECT_TIMEOUT_S = 5.0
+# Longer than the real-time matching query's batch (delivery.realtime_checkpoint_s, 30 s):
+# each batch boundary sends the sender processes a burst, which found the connections of
+# the last burst just expired at 30 s and opened ~200 new ones every 30 s at 300 events/s
+# (docs/benchmarks.md, "Failure isolation and connections"). reqwest's and Go's own
+# default; a server that closes sooner is seen closing and its connection dropped.
+DEFAULT_KEEPALIVE_S = 90.0
+DEFAULT_MAX_RESPONSE_BYTES = 64 * 1024
+DEFAULT_DNS_CACHE_S = 300
+USER_AGENT = "Wayline-Webhooks/1"
 
 
 class Auth(Protocol):
@@ -132,14 +145,36 @@ class Transport(Protocol):
     async def send(self, request: Request) -> Result: ...
 
 
+@dataclass(frozen=True, slots=True)
+class HttpSettings:
+    """``max_connections`` of 0 leaves the pool uncapped on purpose: the per-endpoint
+    in-flight limits bound it, and a shared cap would let hanging endpoints hold every
+    connection and starve the healthy ones."""
+
+    max_connections: int = 0
+    connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S
+    keepalive_s: float = DEFAULT_KEEPALIVE_S
+    max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
+    dns_cache_s: int = DEFAULT_DNS_CACHE_S
+    user_agent: str = USER_AGENT
+    allowed: AddressPolicy = AddressPolicy()
+    """Which non-public addresses may be reached; by default none."""
+
+
 __all__ = [
+    "DEFAULT_CONNECT_TIMEOUT_S",
+    "DEFAULT_DNS_CACHE_S",
+    "DEFAULT_KEEPALIVE_S",
     "DEFAULT_MAX_IN_FLIGHT",
+    "DEFAULT_MAX_RESPONSE_BYTES",
     "DEFAULT_TIMEOUT_S",
+    "USER_AGENT",
     "Auth",
     "Endpoint",
     "EndpointLimits",
     "Failure",
     "FailureKind",
+    "HttpSettings",
     "Request",
     "Response",
     "Result",

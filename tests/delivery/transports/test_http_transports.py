@@ -9,9 +9,10 @@ from aiohttp import web
 
 from tests.delivery.servers import Recorder, serve
 from wayline.core.settings import HttpClientName
-from wayline.delivery.http_client import AiohttpTransport, HttpSettings, transport_for
-from wayline.delivery.reqwest_transport import ReqwestTransport
-from wayline.delivery.transport import Endpoint, Failure, FailureKind, Request, Response
+from wayline.delivery.transports.aiohttp import AiohttpTransport
+from wayline.delivery.transports.base import Endpoint, Failure, FailureKind, HttpSettings, Request, Response
+from wayline.delivery.transports.factory import transport_for
+from wayline.delivery.transports.pyreqwest import ReqwestTransport
 from wayline.registry.urls import AddressPolicy
 
 TRANSPORTS = {"aiohttp": AiohttpTransport, "pyreqwest": ReqwestTransport}
