@@ -232,19 +232,40 @@ class MemorySampler(Sampler):
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def cpu_seconds(pids: list[int]) -> float:
-    """User and system CPU seconds used so far by ``pids`` and every descendant alive now
-    (the JVMs, Python workers and sender processes of a `wayline run` command)."""
+def cpu_seconds(pids: list[int]) -> dict[str, float]:
+    """User and system CPU seconds used so far by ``pids`` and every descendant alive now,
+    per role: ``<command>:<kind>``, the command a root runs (``wayline run delivery``'s
+    "delivery") and the kind of process (its Python ``driver``, its ``jvm``, the JVM's Python
+    ``workers``, and the driver's other children, its ``senders``)."""
     processes = _processes()
-    roots = [pid for pid in pids if pid in processes]
-    total = 0
-    for pid in {*roots, *_descendants(processes, roots)}:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue  # gone meanwhile
-        total += int(fields[11]) + int(fields[12])  # utime, stime
-    return total / CLOCK_TICKS
+    used: dict[str, float] = {}
+    for root in (pid for pid in pids if pid in processes):
+        command = processes[root][2].rstrip(b"\0").rsplit(b"\0", 1)[-1].decode(errors="replace")
+        for pid in [root, *_descendants(processes, [root])]:
+            role = f"{command}:{_kind(processes, pid, root)}"
+            used[role] = used.get(role, 0.0) + _cpu_of(pid)
+    return used
+
+
+def _kind(processes: dict[int, tuple[int, float, bytes]], pid: int, root: int) -> str:
+    if pid == root:
+        return "driver"
+    if b"java" in processes[pid][2].split(b"\0", 1)[0]:
+        return "jvm"
+    parent = processes[pid][0]
+    while parent != root and parent in processes:
+        if b"java" in processes[parent][2].split(b"\0", 1)[0]:
+            return "workers"
+        parent = processes[parent][0]
+    return "senders"
+
+
+def _cpu_of(pid: int) -> float:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0  # gone meanwhile
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime, stime
 
 
 def _processes() -> dict[int, tuple[int, float, bytes]]:
@@ -288,8 +309,10 @@ def produce_paced(bootstrap: str, prefix: str, run_id: str, segments: list[tuple
     each event (``bench/senders.py``: as work records); default: to its event topic."""
     emit = emit or _produce
     factory = loadgen.EventFactory(topic_prefix=prefix, run_id=run_id, layout=layout)
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "compression.type": "lz4",
-                         "queue.buffering.max.messages": 1_000_000})
+    # Uncompressed: with lz4 the broker held a 20-topic layout's small batches 0.7-1.2 s (p50,
+    # broker append time against the producer's stamp) before any system could read them,
+    # which every system's latency carried (docs/benchmarks.md, issue 25's section).
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "queue.buffering.max.messages": 1_000_000})
     marks = []
     for rate, seconds in segments:
         began, began_at, sent = time.monotonic(), time.time(), 0
@@ -606,7 +629,8 @@ def rate_run(bench: Bench, system: str, tag: str, segments: list[tuple[float, fl
         cpu_from = cpu_seconds(started.pids)
         marks = produce_steady(bootstrap, prefix, tag, segments, layout=bench.layout)
         wait_for(started, PRIME_EVENTS + sum(m["sent"] for m in marks))
-        cpu = cpu_seconds(started.pids) - cpu_from if started.pids else None
+        cpu_to = cpu_seconds(started.pids)
+        cpu = {role: used - cpu_from.get(role, 0.0) for role, used in cpu_to.items()} if started.pids else None
     return {"marks": marks, "memory_peak_mb": memory.peaks_mb, "arrivals": started.arrivals, "cpu_s": cpu}
 
 
@@ -615,7 +639,9 @@ def steady(bench: Bench, system: str, tag: str, rate: float, mode: Mode = "strea
     mark = got["marks"][0]
     window = got["arrivals"].totals(mark["from"] + bench.args.warmup_s, math.inf)
     hop = matching_hop(bench, tag, mark["from"] + bench.args.warmup_s) if system in ("senders", "wayline") else {}
-    cpu = {} if got["cpu_s"] is None else {"cpu_s_per_1000": got["cpu_s"] / mark["sent"] * 1000}
+    cpu = {} if got["cpu_s"] is None else {
+        "cpu_s_per_1000": sum(got["cpu_s"].values()) / mark["sent"] * 1000,
+        "cpu_s_per_1000_by_role": {role: round(used / mark["sent"] * 1000, 3) for role, used in got["cpu_s"].items()}}
     return {"measure": f"steady {rate:g}/s" if mode == "streaming" else f"batch mode {rate:g}/s",
             "achieved_rate": mark["achieved_rate"],
             "latency_p50_s": window["latency_p50_s"], "latency_p99_s": window["latency_p99_s"],
