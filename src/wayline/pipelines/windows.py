@@ -24,10 +24,10 @@ from pyspark.sql import functions as F
 
 from wayline.pipelines.rule_output import output_record
 from wayline.rules.aggregation import COUNT_ALL, FOLDS, KEY, SLOTS, TENANT, WINDOW_END, fold_column
+from wayline.rules.columns import DATA
 from wayline.rules.counters import EMIT
 from wayline.rules.engine import ActiveRule
 from wayline.rules.expression import ColumnPath
-from wayline.rules.rule import DATA
 
 # Spark's marker of an event-time column (EventTimeWatermark.delayKey): a grouping column
 # carrying it is the one the watermark closes groups by.

@@ -2,6 +2,8 @@
 ``wayline.pipelines.rules`` wires them into a query and reads the registry for them).
 
 - ``rule``: a rule's SQL compiled: a filter, a window aggregation or a MATCH_RECOGNIZE pattern;
+- ``columns``: the events stream every rule reads, and the columns a rule names in it;
+- ``spark_sql``: the Spark SQL a filter or join rule may use, and how ``data.*`` is typed there;
 - ``pattern``: the PATTERN language, parsed into a typed tree;
 - ``expression``: DEFINE and MEASURES compiled from sqlglot trees into callables;
 - ``automaton``: the pattern tree compiled to an ordered NFA;

@@ -52,10 +52,11 @@ import numpy as np
 import orjson
 
 from wayline.core.errors import WaylineError
+from wayline.rules.columns import key_name
 from wayline.rules.expression import ColumnPath, Row
 from wayline.rules.matcher import PartitionMatcher
 from wayline.rules.prefilter import Prefilter
-from wayline.rules.rule import CompiledRule, RuleKind, key_name
+from wayline.rules.rule import CompiledRule, RuleKind
 from wayline.rules.session import SessionWindowState
 from wayline.rules.sliding import SlidingWindowState
 from wayline.rules.window import KeyWindows, WindowKind, WindowSpec, WindowState, micros_of, time_of

@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from wayline.core.errors import WaylineError
+from wayline.rules.columns import parse_key
 from wayline.rules.engine import ActiveRule
-from wayline.rules.rule import RuleKind, compile_rule, parse_key
+from wayline.rules.rule import RuleKind, compile_rule
 
 log = logging.getLogger(__name__)
 
