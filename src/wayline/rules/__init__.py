@@ -10,6 +10,7 @@
 - ``recognize``: a whole ``SELECT ... MATCH_RECOGNIZE (...)`` rule read into a ``PatternSpec``;
 - ``matcher``: ``PartitionMatcher``, the streaming matcher for one partition;
 - ``window``, ``sliding``, ``session``, ``reorder``: window aggregations and the event-time order they need;
+- ``window_compiler``: a window rule's SQL checked and compiled to a ``WindowSpec``;
 - ``prefilter``: the rows a rule can use, worked out on a whole group at once;
 - ``engine``: one group's rules evaluated together (``GroupEvaluator``), with budgets and isolation;
 - ``ruleset``: the running rules, compiled once per revision and re-read when the version moves;

@@ -62,7 +62,8 @@ from wayline.rules.join import JoinSpec, compile_join
 from wayline.rules.prefilter import Prefilter, for_condition, for_pattern
 from wayline.rules.recognize import SOURCE, PatternSpec, parse_match_recognize
 from wayline.rules.spark_sql import check_node, data_type
-from wayline.rules.window import WindowSpec, compile_window
+from wayline.rules.window import WindowSpec
+from wayline.rules.window_compiler import compile_window
 
 VARIABLE_REFERENCE = "${"
 
