@@ -13,6 +13,7 @@
 - ``window_compiler``: a window rule's SQL checked and compiled to a ``WindowSpec``;
 - ``prefilter``: the rows a rule can use, worked out on a whole group at once;
 - ``engine``: one group's rules evaluated together (``GroupEvaluator``), with budgets and isolation;
+- ``group_state``: what a group keeps between micro-batches, encoded (``GroupState``: columns, segments);
 - ``ruleset``: the running rules, compiled once per revision and re-read when the version moves;
 - ``counters``, ``metrics``: what the job counts per rule, and its Prometheus view.
 
