@@ -93,7 +93,7 @@ def _entry_shape() -> Column:
     return F.struct(
         F.lit("").alias("rule"), F.lit("").alias("key"), F.lit(0).cast("long").alias("last_end"),
         F.lit(1).cast("long").alias("slide"), F.lit(1).alias("windows"),
-        # The event's columns, though never used: see pipelines.rules._reading_every_column.
+        # The event's columns, though never used: see pipelines.rules_plan._reading_every_column.
         F.col("tenantid"), F.col("event_time"),
         *(F.lit(None).cast("double").alias(name) for name in _SLOT_COLUMNS),
     )

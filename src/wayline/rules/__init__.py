@@ -1,5 +1,5 @@
 """Rules over the event stream, in pure Python: no Spark, no database (the rules job in
-``wayline.pipelines.rules`` wires them into a query and reads the registry for them).
+``wayline.pipelines.rules_job`` wires them into a query and reads the registry for them).
 
 - ``rule``: a rule's SQL compiled: a filter, a window aggregation or a MATCH_RECOGNIZE pattern;
 - ``columns``: the events stream every rule reads, and the columns a rule names in it;
