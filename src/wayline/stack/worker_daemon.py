@@ -42,6 +42,9 @@ def preload() -> None:
             traceback.print_exc()
 
 
+__all__ = ["PRELOADED", "preload"]
+
+
 if __name__ == "__main__":
     preload()
     from pyspark.daemon import manager
