@@ -9,7 +9,8 @@ Rules change between micro-batches without a restart:
 - stateless (filter) rules are Spark SQL that ``foreachBatch`` applies to the batch's
   events with the rule set it holds; the driver re-reads the registry when the rules
   version changes;
-- the stateful processor re-reads the running rules itself, in each task.
+- the stateful processor re-reads the running rules itself, in each task
+  (``wayline.pipelines.rules_processor``).
 Only a stateful rule with partition-key columns no running rule has needs another branch
 of the plan, and a new or changed fixed window rule its place in the aggregation: the job
 then restarts the query on its checkpoint (seconds; nothing is lost).
