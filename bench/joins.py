@@ -133,7 +133,8 @@ def cached_bytes(spark) -> int:
 def run_once(spark, settings: Settings, database: Database, events: int, checkpoint: Path) -> dict:
     """The baseline runs the rules job; a join rule runs its own query, as in the job, alone."""
     from wayline.pipelines.joins import JoinQueries
-    from wayline.pipelines.rules import RulesJob, load_rule_set
+    from wayline.pipelines.rule_sets import load_rule_set
+    from wayline.pipelines.rules_job import RulesJob
 
     shutil.rmtree(checkpoint, ignore_errors=True)
     joins = load_rule_set(database).joins

@@ -127,7 +127,7 @@ def wait_for(query, progress: Progress, records: int, timeout: float = 1800) -> 
 
 def baseline_once(spark, settings: Settings, database: Database, records: int, checkpoint: Path) -> dict[str, Any]:
     from wayline.pipelines.envelope import parse_events
-    from wayline.pipelines.recon import load_recon_set, routed_records, topics_pattern
+    from wayline.pipelines.recon_plan import load_recon_set, routed_records, topics_pattern
     from wayline.pipelines.source import read_kafka
 
     shutil.rmtree(checkpoint, ignore_errors=True)
@@ -147,7 +147,7 @@ def baseline_once(spark, settings: Settings, database: Database, records: int, c
 
 def recon_once(spark, settings: Settings, database: Database, records: int, checkpoint: Path,
                latency: bool) -> dict[str, Any]:
-    from wayline.pipelines.recon import ReconJob
+    from wayline.pipelines.recon_job import ReconJob
 
     shutil.rmtree(checkpoint, ignore_errors=True)
     job = ReconJob(spark, settings, database, checkpoint).start()

@@ -154,7 +154,7 @@ def deploy(database: Database, sqls: list[str], settings: Settings, keep: bool =
 
 
 def run_once(spark, settings: Settings, database: Database, events: int, checkpoint: Path) -> dict[str, float]:
-    from wayline.pipelines.rules import RulesJob
+    from wayline.pipelines.rules_job import RulesJob
 
     shutil.rmtree(checkpoint, ignore_errors=True)
     job = RulesJob(spark, settings, database, checkpoint).start()
@@ -220,7 +220,7 @@ def measure_restart(spark, settings: Settings, database: Database, events: int, 
     is added and 1,000 more produced: the batch that reads them runs on the old plan and asks
     for the restart; the supervisor stops the query and starts it again (timed until the new
     query reports progress). A last 1,000 events time the new query's first batch."""
-    from wayline.pipelines.rules import RulesJob
+    from wayline.pipelines.rules_job import RulesJob
 
     shutil.rmtree(checkpoint, ignore_errors=True)
     bootstrap = settings.kafka_bootstrap()

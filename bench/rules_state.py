@@ -92,7 +92,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=25_000, help="events of the whole stream per micro-batch")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--gc", help="the collector's thresholds, e.g. 100000,50,100 (the rules job's "
-                        "workers: wayline.pipelines.rules.GC_THRESHOLDS); default: the interpreter's")
+                        "workers: wayline.pipelines.worker_cache.GC_THRESHOLDS); default: the interpreter's")
     args = parser.parse_args()
     if args.gc:
         gc.set_threshold(*map(int, args.gc.split(",")))

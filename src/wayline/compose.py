@@ -30,8 +30,8 @@ if TYPE_CHECKING:
     from wayline.delivery.metrics import DeliveryMetrics
     from wayline.pipelines.delivery import DeliveryJob
     from wayline.pipelines.matching_job import MatchingJob
-    from wayline.pipelines.recon import ReconJob
-    from wayline.pipelines.rules import RulesJob
+    from wayline.pipelines.recon_job import ReconJob
+    from wayline.pipelines.rules_job import RulesJob
     from wayline.registry.rule_control import ControlTopic
 
 
@@ -104,7 +104,7 @@ def retry_query(wiring: Wired, metrics: DeliveryMetrics) -> StreamingQuery:
 
 
 def rules_job(wiring: Wired, control: ControlTopic) -> RulesJob:
-    from wayline.pipelines.rules import RulesJob
+    from wayline.pipelines.rules_job import RulesJob
 
     return RulesJob(wiring.spark, wiring.settings, wiring.database, wiring.settings.checkpoint_root / "rules",
                     control).start()
@@ -112,7 +112,7 @@ def rules_job(wiring: Wired, control: ControlTopic) -> RulesJob:
 
 def recon_job(wiring: Wired) -> ReconJob:
     """The recon job over every enabled reconciliation, the delivery self-audit among them."""
-    from wayline.pipelines.recon import ReconJob
+    from wayline.pipelines.recon_job import ReconJob
     from wayline.recon import self_audit
 
     self_audit.ensure(wiring.database, wiring.settings)

@@ -133,7 +133,7 @@ def test_one_event_from_the_far_future_moves_no_window_rules_watermark(
     window rule fell silent for good."""
     from confluent_kafka import Consumer
 
-    from wayline.pipelines.rules import RulesJob
+    from wayline.pipelines.rules_job import RulesJob
     from wayline.registry import rule as rule_service
     from wayline.registry.models import Rule
 

@@ -35,7 +35,7 @@ PAID = ("SELECT a.id AS order_id, b.id AS payment_id, a.data.amount AS amount FR
 @pytest.fixture(scope="module")
 def joined(settings: Settings, spark, database, admin_api: str, admin_key: str,
            tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    from wayline.pipelines.rules import RulesJob
+    from wayline.pipelines.rules_job import RulesJob
 
     suffix = str(time.time_ns())[-8:]
     prefix = f"events.jn{suffix}."

@@ -125,7 +125,7 @@ class Run:
 def run(settings: Settings, spark, database, admin_api: str, admin_key: str, tmp_path_factory) -> Iterator[Run]:
     import httpx
 
-    from wayline.pipelines.recon import ReconJob
+    from wayline.pipelines.recon_job import ReconJob
     from wayline.recon import store
 
     prefix = f"rc{time.time_ns() % 10**8}"

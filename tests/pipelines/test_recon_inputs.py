@@ -123,7 +123,7 @@ def run(settings: Settings, spark, database, admin_api: str, admin_key: str, tmp
     from prometheus_client import CollectorRegistry, generate_latest
     from pyspark.sql import functions as F
 
-    from wayline.pipelines.recon import ReconJob
+    from wayline.pipelines.recon_job import ReconJob
     from wayline.recon import store
     from wayline.recon.metrics import ReconMetrics
 

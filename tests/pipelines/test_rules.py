@@ -141,7 +141,7 @@ class Outputs:
 
 @pytest.fixture(scope="module")
 def scenario(settings: Settings, spark, database, admin_api: str, admin_key: str, tmp_path_factory) -> Iterator[Scenario]:
-    from wayline.pipelines.rules import RulesJob
+    from wayline.pipelines.rules_job import RulesJob
 
     suffix = str(time.time_ns())[-8:]
     prefix = f"events.rul{suffix}."
@@ -356,7 +356,7 @@ def test_per_rule_metrics_are_counted(scenario: Scenario) -> None:
 def test_filters_spread_over_several_projections_each_emit_just_their_events(spark: Any) -> None:
     from pyspark.sql import functions as F
 
-    from wayline.pipelines.rules import FILTERS_PER_PROJECTION, filters_output
+    from wayline.pipelines.rules_filters import FILTERS_PER_PROJECTION, filters_output
     from wayline.rules.engine import ActiveRule
     from wayline.rules.rule import compile_rule
 

@@ -43,7 +43,7 @@ def delivered(api_settings: Settings, database, spark, admin_api: str, admin_key
               tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     from wayline.pipelines.delivery import start_delivery
     from wayline.pipelines.retries import start_retries
-    from wayline.pipelines.rules import RulesJob
+    from wayline.pipelines.rules_job import RulesJob
 
     suffix = str(time.time_ns())[-8:]
     # Topics of this test only: its jobs read nothing another test writes.

@@ -116,7 +116,7 @@ def test_a_new_window_rule_restarts_the_aggregation_on_its_checkpoint(settings: 
                                                                       tmp_path: Any, unique: str) -> None:
     from dataclasses import replace
 
-    from wayline.pipelines.rules import RulesJob
+    from wayline.pipelines.rules_job import RulesJob
     from wayline.registry import rule as rule_service
     from wayline.registry.access import ADMIN
     from wayline.registry.models import Rule

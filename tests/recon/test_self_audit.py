@@ -61,7 +61,7 @@ class Audit:
 
 @pytest.fixture(scope="module")
 def audit(settings: Settings, spark, database, tmp_path_factory) -> Iterator[Audit]:
-    from wayline.pipelines.recon import ReconJob
+    from wayline.pipelines.recon_job import ReconJob
     from wayline.recon import reconciliation, self_audit, store
     from wayline.registry.access import ADMIN
 

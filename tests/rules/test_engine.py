@@ -5,53 +5,22 @@ from __future__ import annotations
 import copy
 import dataclasses
 import itertools
-import pickle
 import random
-from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import orjson
 
-from wayline.rules.engine import ActiveRule, GroupEvaluator, GroupState, cloudevent
+from tests.rules.groups import PER_MINUTE, SESSION, SLIDING, V_SHAPE, rows, rule
+from tests.rules.streams import at
+from wayline.rules.engine import GroupEvaluator, GroupState, cloudevent
 from wayline.rules.rule import compile_rule
 
-T0 = datetime(2026, 3, 1, 9, 0, tzinfo=timezone.utc)
-
-V_SHAPE = """SELECT * FROM events MATCH_RECOGNIZE (
-  PARTITION BY tenantid ORDER BY event_time
-  MEASURES FIRST(A.data.price) AS top, LAST(B.data.price) AS bottom
-  PATTERN (A B+ C) WITHIN INTERVAL '5' MINUTE
-  DEFINE B AS B.data.price < PREV(B.data.price), C AS C.data.price > PREV(C.data.price))"""
-PER_MINUTE = """SELECT tenantid, window.start AS start, window.end AS end, COUNT(*) AS n, AVG(data.price) AS mean
-  FROM events WHERE data.price > 0 GROUP BY tenantid, window(event_time, '1 minute') HAVING COUNT(*) >= 2"""
 HOPPING = """SELECT tenantid, window.start AS start, COUNT(*) AS n
   FROM events GROUP BY tenantid, window(event_time, '2 minutes', '1 minute')"""
-SLIDING = """SELECT tenantid, COUNT(*) AS n, MAX(data.price) AS high
-  FROM events GROUP BY tenantid, sliding_window(event_time, '1 minute') HAVING COUNT(*) >= 3"""
-SESSION = """SELECT tenantid, window.start AS start, COUNT(*) AS n
-  FROM events GROUP BY tenantid, session_window(event_time, '20 seconds')"""
 DIVIDE = """SELECT * FROM events MATCH_RECOGNIZE (PARTITION BY tenantid ORDER BY event_time
   MEASURES A.id AS a PATTERN (A) WITHIN INTERVAL '1' MINUTE DEFINE A AS A.data.price / 0 > 1)"""
 HOARD = """SELECT * FROM events MATCH_RECOGNIZE (PARTITION BY tenantid ORDER BY event_time
   MEASURES COUNT(*) AS n PATTERN (A+ B) WITHIN INTERVAL '1' HOUR DEFINE B AS B.type = 'never')"""
-
-_ids = itertools.count()
-
-
-def rule(sql: str, name: str, *, state_budget: int = 10_000, time_budget_ms: int = 10_000, revision: int = 1) -> ActiveRule:
-    return ActiveRule(f"rule_{name}", revision, name, compile_rule(sql), f"out.{name}", f"alert.{name}",
-                      state_budget, time_budget_ms)
-
-
-def rows(tenant: str, *prices: float, start: float = 0, step: float = 10) -> list[tuple[str, dict[str, Any]]]:
-    return [(orjson.dumps([tenant]).decode(), {
-        "id": f"e{next(_ids)}", "type": "price", "tenantid": tenant,
-        "event_time": T0 + timedelta(seconds=start + index * step), "data": {"price": price},
-    }) for index, price in enumerate(prices)]
-
-
-def at(seconds: float) -> datetime:
-    return T0 + timedelta(seconds=seconds)
 
 
 def test_a_pattern_emits_once_the_watermark_passes_its_rows() -> None:
@@ -159,64 +128,6 @@ def test_an_evaluator_kept_between_batches_answers_as_one_rebuilt_from_each_snap
         rebuilt_out += [e.id for e in rebuilt.process(batch_rows, watermark).emitted]
         state, mark = copy.deepcopy(rebuilt.snapshot()), rebuilt.watermark
     assert live_out and sorted(live_out) == sorted(rebuilt_out)
-
-
-def test_a_rule_s_state_is_columns_over_its_keys_and_only_visited_keys_are_decoded() -> None:
-    rules = [rule(V_SHAPE, "v"), rule(SLIDING, "s"), rule(SESSION, "g")]
-    evaluator = GroupEvaluator(rules)
-    evaluator.process(rows("t2", 7, 5, start=100), None)
-    evaluator.snapshot()
-    evaluator.process(rows("t1", 10, 8, 6, 9), at(0))
-    state = evaluator.snapshot()
-    # t2 did not change in the second batch: its states stay in the first segment.
-    assert len(state.segments) == 2 and state.lengths == [3, 3]
-    for columns in state.rules.values():
-        assert columns.keys == ['["t2"]', '["t1"]']
-        # Each key waits for the watermark to pass its first row (at 100 and at 0 seconds).
-        assert columns.columns["wake"].tolist() == [int(at(100).timestamp() * 1_000_000) + 1,
-                                                    int(at(0).timestamp() * 1_000_000) + 1]
-        assert columns.columns["segment"].tolist() == [0, 1] and columns.columns["sizes"].tolist()[0] >= 2
-    # t2's segment is unreadable; a batch that neither brings t2 rows nor reaches its wake
-    # time must not read it, while t1 is woken and settles its match.
-    state.segments[0] = b"not a pickle"
-    resumed = GroupEvaluator(rules, state, watermark=at(0))
-    result = resumed.process([], at(60))
-    assert result.failures == []
-    assert [(e.subject, e.data["top"]) for e in result.emitted if e.rule.name == "v"] == [("t1", 10)]
-    woken = resumed.process([], at(150))
-    assert {failure.rule.name for failure in woken.failures} == {"v", "s", "g"}  # t2 visited: decoded
-
-
-def test_a_segment_that_few_keys_refer_to_is_rewritten_and_one_that_none_do_dropped() -> None:
-    rules = [rule(SLIDING, "s")]
-    evaluator = GroupEvaluator(rules)
-    evaluator.process(rows("t1", 1, start=0) + rows("t2", 1, start=0) + rows("t3", 1, start=0), at(0))
-    assert evaluator.snapshot().lengths == [3]
-    evaluator.process(rows("t1", 2, start=30) + rows("t2", 2, start=30), at(10))
-    state = evaluator.snapshot()
-    # t1 and t2 moved to the second segment; t3 alone in the first: rewritten with them.
-    assert state.lengths == [3] and state.rules["rule_s@1"].columns["segment"].tolist() == [0, 0, 0]
-    evaluator.process([], at(3600))
-    assert evaluator.snapshot() == GroupState({}, [], [])
-
-
-def test_state_kept_one_entry_per_key_resumes_as_the_columns_do() -> None:
-    # Checkpoints written before the columnar layout hold {rule: {key: the key's own state}}.
-    rules = [rule(V_SHAPE, "v"), rule(SLIDING, "s"), rule(SESSION, "g"), rule(PER_MINUTE, "w")]
-    first = rows("t1", 10, 8, 6, 9, 12) + rows("t2", 7, 5, 9, start=20)
-    evaluator = GroupEvaluator(rules)
-    evaluator.process(first, at(25))
-    state, mark = evaluator.snapshot(), evaluator.watermark
-    segments = [pickle.loads(encoded) for encoded in state.segments]
-    old = {state_key: {key: segments[segment][index] for key, segment, index in zip(
-        columns.keys, columns.columns["segment"].tolist(), columns.columns["index"].tolist(), strict=True)}
-        for state_key, columns in state.rules.items()}
-    later = rows("t1", 3, 4, start=60) + rows("t2", 1, start=70)
-    outputs = []
-    for resumed in (GroupEvaluator(rules, state, watermark=mark), GroupEvaluator(rules, old, watermark=mark)):
-        emitted = resumed.process(later, at(90)).emitted + resumed.process([], at(3600)).emitted
-        outputs.append(sorted((e.id, orjson.dumps(e.data).decode()) for e in emitted))
-    assert len(outputs[0]) > 3 and outputs[0] == outputs[1]
 
 
 LOGINS = """SELECT * FROM events MATCH_RECOGNIZE (PARTITION BY tenantid ORDER BY event_time

@@ -31,7 +31,7 @@ def _worker_facts(frames):
     spec = getattr(main, "__spec__", None)
     for _ in frames:
         yield pd.DataFrame({"daemon": [spec.name if spec is not None else ""],
-                            "rules_loaded": ["wayline.pipelines.rules" in sys.modules]})
+                            "rules_loaded": ["wayline.pipelines.rules_processor" in sys.modules]})
 
 
 @pytest.mark.integration

@@ -1,5 +1,5 @@
 """A rule's output events as Kafka records, built in the JVM: shared by the filters of the
-rules job (``wayline.pipelines.rules``) and the join queries (``wayline.pipelines.joins``)."""
+rules job (``wayline.pipelines.rules_filters``) and the join queries (``wayline.pipelines.joins``)."""
 
 from __future__ import annotations
 

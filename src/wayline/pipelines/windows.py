@@ -24,10 +24,10 @@ from pyspark.sql import functions as F
 
 from wayline.pipelines.rule_output import output_record
 from wayline.rules.aggregation import COUNT_ALL, FOLDS, KEY, SLOTS, TENANT, WINDOW_END, fold_column
+from wayline.rules.columns import DATA
 from wayline.rules.counters import EMIT
 from wayline.rules.engine import ActiveRule
 from wayline.rules.expression import ColumnPath
-from wayline.rules.rule import DATA
 
 # Spark's marker of an event-time column (EventTimeWatermark.delayKey): a grouping column
 # carrying it is the one the watermark closes groups by.
@@ -93,7 +93,7 @@ def _entry_shape() -> Column:
     return F.struct(
         F.lit("").alias("rule"), F.lit("").alias("key"), F.lit(0).cast("long").alias("last_end"),
         F.lit(1).cast("long").alias("slide"), F.lit(1).alias("windows"),
-        # The event's columns, though never used: see pipelines.rules._reading_every_column.
+        # The event's columns, though never used: see pipelines.rules_plan._reading_every_column.
         F.col("tenantid"), F.col("event_time"),
         *(F.lit(None).cast("double").alias(name) for name in _SLOT_COLUMNS),
     )

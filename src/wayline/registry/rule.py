@@ -37,7 +37,8 @@ from wayline.registry import catalog, reference
 from wayline.registry.access import Caller, Page, page
 from wayline.registry.ids import new_id
 from wayline.registry.models import Rule, RulesVersion
-from wayline.rules.rule import CompiledRule, compile_rule, key_name, parse_key
+from wayline.rules.columns import key_name, parse_key
+from wayline.rules.rule import CompiledRule, compile_rule
 from wayline.rules.window import WindowKind
 
 Status = Literal["running", "stopped", "quarantined"]

@@ -1,15 +1,19 @@
 """Rules over the event stream, in pure Python: no Spark, no database (the rules job in
-``wayline.pipelines.rules`` wires them into a query and reads the registry for them).
+``wayline.pipelines.rules_job`` wires them into a query and reads the registry for them).
 
 - ``rule``: a rule's SQL compiled: a filter, a window aggregation or a MATCH_RECOGNIZE pattern;
+- ``columns``: the events stream every rule reads, and the columns a rule names in it;
+- ``spark_sql``: the Spark SQL a filter or join rule may use, and how ``data.*`` is typed there;
 - ``pattern``: the PATTERN language, parsed into a typed tree;
 - ``expression``: DEFINE and MEASURES compiled from sqlglot trees into callables;
 - ``automaton``: the pattern tree compiled to an ordered NFA;
 - ``recognize``: a whole ``SELECT ... MATCH_RECOGNIZE (...)`` rule read into a ``PatternSpec``;
 - ``matcher``: ``PartitionMatcher``, the streaming matcher for one partition;
 - ``window``, ``sliding``, ``session``, ``reorder``: window aggregations and the event-time order they need;
+- ``window_compiler``: a window rule's SQL checked and compiled to a ``WindowSpec``;
 - ``prefilter``: the rows a rule can use, worked out on a whole group at once;
 - ``engine``: one group's rules evaluated together (``GroupEvaluator``), with budgets and isolation;
+- ``group_state``: what a group keeps between micro-batches, encoded (``GroupState``: columns, segments);
 - ``ruleset``: the running rules, compiled once per revision and re-read when the version moves;
 - ``counters``, ``metrics``: what the job counts per rule, and its Prometheus view.
 

@@ -17,7 +17,7 @@ import orjson
 
 from wayline.rules.engine import ActiveRule
 
-# The kinds of row the rules query's output carries (``wayline.pipelines.rules``).
+# The kinds of row the rules query's output carries (``wayline.pipelines.rules_plan``).
 EVENT, EMIT, FAILURE, METRICS = "event", "emit", "failure", "metrics"
 
 

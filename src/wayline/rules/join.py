@@ -44,18 +44,10 @@ from sqlglot import exp
 
 from wayline.core.errors import RejectedInput
 from wayline.core.variant import json_path
+from wayline.rules.columns import DATA, EVENT_TIME, check_column, column_paths, key_name, output_name
 from wayline.rules.expression import DIALECT, interval, located
 from wayline.rules.recognize import SOURCE
-from wayline.rules.rule import (
-    DATA,
-    EVENT_TIME,
-    _check_node,
-    _data_type,
-    _output_name,
-    check_column,
-    column_paths,
-    key_name,
-)
+from wayline.rules.spark_sql import check_node, data_type
 
 REFERENCE_SCHEMA = "reference"
 REFERENCE_KEY = "key"
@@ -129,7 +121,7 @@ def compile_join(statement: exp.Select) -> JoinSpec:
     sides = {left: True, right: interval_join}
     for node in statement.walk():
         if not isinstance(node, (exp.Join, exp.TableAlias, exp.Interval, exp.Var)):
-            _check_node(node)
+            check_node(node)
     for path, node in column_paths(statement):
         _check_qualified(path, node, sides)
     conjuncts = _conjuncts(on)
@@ -365,7 +357,7 @@ def _select(statement: exp.Select) -> tuple[tuple[str, str], ...]:
     for item in statement.expressions:
         if isinstance(item, exp.Star) or (isinstance(item, exp.Column) and isinstance(item.this, exp.Star)):
             raise RejectedInput("SELECT *: name the columns a join rule outputs (e.id, r.data.tier AS tier)")
-        name = _output_name(item)
+        name = output_name(item)
         if name in taken:
             raise RejectedInput(f"SELECT: two output columns are named {name}; rename one with AS")
         taken.add(name)
@@ -382,7 +374,7 @@ def _spark(node: exp.Expression) -> str:
         if rest[0] == DATA and len(rest) > 1:
             replacement: exp.Expression = exp.Anonymous(this="try_variant_get", expressions=[
                 exp.column(DATA, table=alias, quoted=True), exp.Literal.string(json_path(rest[1:])),
-                exp.Literal.string(_data_type(column))])
+                exp.Literal.string(data_type(column))])
         else:
             replacement = exp.column(rest[0], table=alias, quoted=True)
         replacements.append((column, replacement))

@@ -8,7 +8,7 @@ match. Deciding that per row and per rule in Python was much of the rules job's 
 conditions that compare a string envelope column of the current row with string
 literals (``type = 'x'``, ``'x' = type``, ``V.type IN ('x', 'y')``). Those mean the
 same in Python and in pandas or Spark (string equality; NULL is never equal), so the job
-evaluates them on a whole batch at once (``wayline.pipelines.rules``) and the engine
+evaluates them on a whole batch at once (``wayline.pipelines.rules_processor``) and the engine
 hands a rule only the rows it admits.
 
 A prefilter is necessary, not sufficient: a window rule still applies its whole WHERE

@@ -1,7 +1,8 @@
 """A rule's SQL, checked and compiled when it is submitted: ``compile_rule(sql) -> CompiledRule``.
 
 Every rule reads a stream called ``events``: the envelope columns (``EVENT_COLUMNS``) and
-any path into the event's JSON ``data`` (``data.amount``, ``data.user.id``). Three kinds:
+any path into the event's JSON ``data`` (``data.amount``, ``data.user.id``), as
+``wayline.rules.columns`` names them. Three kinds:
 
 - ``filter``: ``SELECT ... FROM events [WHERE ...]`` — stateless; the job runs it as a
   Spark SQL expression in the JVM (``FilterSpec`` holds the Spark SQL, rendered from the
@@ -34,12 +35,9 @@ the fixed windows the JVM runs read ``data.*`` as filters do (``wayline.rules.ag
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from enum import StrEnum
-from typing import TYPE_CHECKING
 
 import sqlglot
 from sqlglot import exp
@@ -48,39 +46,26 @@ from sqlglot.errors import TokenError
 from wayline.core.errors import RejectedInput
 from wayline.core.variant import json_path
 from wayline.rules.aggregation import WindowAggregation, compile_aggregation
+from wayline.rules.columns import (
+    DATA,
+    EVENT_TIME,
+    STAR_COLUMNS,
+    check_column,
+    column_paths,
+    key_name,
+    output_name,
+    parse_key,
+    path_of,
+)
 from wayline.rules.expression import DIALECT, TOO_DEEP, ColumnPath, check_nesting, located, parse_statements
+from wayline.rules.join import JoinSpec, compile_join
 from wayline.rules.prefilter import Prefilter, for_condition, for_pattern
 from wayline.rules.recognize import SOURCE, PatternSpec, parse_match_recognize
-from wayline.rules.window import WindowSpec, compile_window
-
-if TYPE_CHECKING:
-    from wayline.rules.join import JoinSpec
+from wayline.rules.spark_sql import check_node, data_type
+from wayline.rules.window import WindowSpec
+from wayline.rules.window_compiler import compile_window
 
 VARIABLE_REFERENCE = "${"
-# The stream every rule reads: the parsed envelope (see wayline.pipelines.envelope).
-EVENT_COLUMNS = (
-    "id", "source", "type", "specversion", "subject", "time", "datacontenttype", "dataschema",
-    "tenantid", "subtenantid", "data", "event_time", "topic",
-)
-EVENT_TIME = "event_time"
-DATA = "data"
-# What `SELECT *` outputs.
-STAR_COLUMNS = ("id", "source", "type", "subject", "time", "tenantid", "subtenantid", "data")
-
-_NUMERIC_CONTEXT = (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod, exp.Neg, exp.Sum, exp.Avg, exp.Min, exp.Max)
-_COMPARISON = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Between, exp.In)
-
-# The Spark SQL a filter rule may use. Anything else is refused when the rule is submitted.
-_ALLOWED_NODES = (
-    exp.Select, exp.From, exp.Table, exp.Where, exp.Alias, exp.Star, exp.Column, exp.Dot,
-    exp.Identifier, exp.Literal, exp.Boolean, exp.Null, exp.Paren, exp.And, exp.Or, exp.Not,
-    exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Add, exp.Sub, exp.Mul, exp.Div,
-    exp.Mod, exp.Neg, exp.Is, exp.Between, exp.In, exp.Case, exp.If, exp.Like, exp.ILike,
-    exp.Cast, exp.TryCast, exp.DataType, exp.Lower, exp.Upper, exp.Length, exp.Substring,
-    exp.Concat, exp.Coalesce, exp.Abs, exp.Round, exp.Floor, exp.Ceil, exp.StartsWith,
-    exp.Trim, exp.DPipe, exp.Tuple,
-)
-_ALLOWED_FUNCTIONS = frozenset({"ENDSWITH", "CONTAINS", "STARTSWITH", "NVL", "IFNULL", "GREATEST", "LEAST"})
 
 
 class RuleKind(StrEnum):
@@ -136,19 +121,6 @@ class CompiledRule:
         return None
 
 
-def key_name(path: ColumnPath) -> str:
-    return ".".join(path)
-
-
-def parse_key(text: str) -> ColumnPath:
-    """A partition key column as the API takes it (``tenantid``, ``data.user.id``)."""
-    path = tuple(part.strip() for part in text.split("."))
-    if not all(re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", part) for part in path):
-        raise RejectedInput(f"partition_key: {text!r} is not a column name or a data.<path>")
-    check_column(path, "partition_key")
-    return path
-
-
 def compile_rule(sql: str, partition_key: tuple[ColumnPath, ...] | None = None) -> CompiledRule:
     """Check a rule and compile it, or raise ``RejectedInput`` saying what is wrong and where.
 
@@ -177,15 +149,12 @@ def _compile(sql: str, partition_key: tuple[ColumnPath, ...] | None) -> Compiled
     else:
         statement = _parse(sql)
         if statement.args.get("joins"):
-            # join.py builds on this module's checks, so it is imported when first needed.
-            from wayline.rules.join import compile_join
-
             rule = CompiledRule(RuleKind.JOIN, sql, (), join=compile_join(statement),
                                 warnings=_text_comparisons(statement))
         elif statement.args.get("group") or any(isinstance(node, exp.AggFunc) for node in statement.walk()):
             window = compile_window(statement, check_column)
             where = statement.args.get("where")
-            aggregation = compile_aggregation(statement, window, _spark, _check_node)
+            aggregation = compile_aggregation(statement, window, _spark, check_node)
             # Only the JVM reads data.* as text; the Python path compares the JSON's own values.
             rule = CompiledRule(RuleKind.WINDOW, sql, window.keys, window=window,
                                 prefilter=for_condition(where.this if where is not None else None),
@@ -211,22 +180,6 @@ def _compile(sql: str, partition_key: tuple[ColumnPath, ...] | None) -> Compiled
         elif rule.kind == RuleKind.JOIN and partition_key:
             raise RejectedInput("partition_key: a join rule's output subject is its join key; leave partition_key out")
     return rule
-
-
-def check_column(path: ColumnPath, clause: str) -> None:
-    if path[0] == DATA:
-        quoted = next((key for key in path[1:] if "'" in key and '"' in key), None)
-        if quoted is not None:
-            # Spark's variant paths quote a key with ' or ", and have no escape for a key holding both.
-            raise RejectedInput(f"{clause}: the key {quoted!r} of {key_name(path)} contains both ' and \", "
-                                "which Spark's JSON paths cannot quote")
-        return
-    if len(path) == 1 and path[0] in EVENT_COLUMNS:
-        return
-    raise RejectedInput(
-        f"{clause}: unknown column {key_name(path)}; the events stream has "
-        f"{', '.join(EVENT_COLUMNS)} and data.<path>"
-    )
 
 
 # -- patterns --------------------------------------------------------------------------------
@@ -299,7 +252,7 @@ def _filter(statement: exp.Select) -> FilterSpec:
         clauses = ", ".join(key.upper().rstrip("_") for key in extra)
         raise RejectedInput(f"{clauses} is not supported in a filter rule")
     for node in statement.walk():
-        _check_node(node)
+        check_node(node)
     for path, node in column_paths(statement):
         check_column(path, "SELECT" if node.find_ancestor(exp.Where) is None else "WHERE")
     where = statement.args.get("where")
@@ -309,7 +262,7 @@ def _filter(statement: exp.Select) -> FilterSpec:
         if isinstance(item, exp.Star):
             pairs = [(name, name) for name in STAR_COLUMNS]
         else:
-            pairs = [(_output_name(item), _spark(item.this if isinstance(item, exp.Alias) else item))]
+            pairs = [(output_name(item), _spark(item.this if isinstance(item, exp.Alias) else item))]
         for name, expression in pairs:
             if name in taken:
                 raise RejectedInput(f"SELECT: two output columns are named {name}; rename one with AS")
@@ -352,50 +305,13 @@ def _is_data_path(node: exp.Expression) -> bool:
     return (path[0] == DATA and len(path) > 1) or (len(path) > 2 and path[1] == DATA)
 
 
-def _check_node(node: exp.Expression) -> None:
-    if isinstance(node, exp.Anonymous):
-        if node.name.upper() not in _ALLOWED_FUNCTIONS:
-            raise RejectedInput(f"function {node.name.upper()}() is not supported in a rule{located(node)}")
-        return
-    if not isinstance(node, _ALLOWED_NODES):
-        what = f"function {node.sql_name()}()" if isinstance(node, exp.Func) else node.sql(dialect=DIALECT)
-        raise RejectedInput(f"{what} is not supported in a filter rule{located(node)}")
-
-
-def _output_name(item: exp.Expression) -> str:
-    if isinstance(item, exp.Alias):
-        return item.alias
-    if isinstance(item, (exp.Column, exp.Dot)):
-        return path_of(item)[-1]
-    raise RejectedInput(f"SELECT {item.sql(dialect=DIALECT)}: an expression needs a name (AS name){located(item)}")
-
-
-def column_paths(tree: exp.Expression) -> Iterator[tuple[ColumnPath, exp.Expression]]:
-    """Every column reference in the tree, outermost only (``data.a.b`` once, not its parts)."""
-    for node in tree.walk():
-        if isinstance(node, (exp.Column, exp.Dot)) and not isinstance(node.parent, (exp.Column, exp.Dot)):
-            if isinstance(node, exp.Column) and isinstance(node.this, exp.Star):
-                continue
-            yield path_of(node), node
-
-
-def path_of(node: exp.Expression) -> ColumnPath:
-    parts: list[str] = []
-    while isinstance(node, exp.Dot):
-        parts.insert(0, node.expression.name)
-        node = node.this
-    if not isinstance(node, exp.Column):
-        raise RejectedInput(f"{node.sql(dialect=DIALECT)} is not a column{located(node)}")
-    return tuple(part.name for part in node.parts) + tuple(parts)
-
-
 def _spark(node: exp.Expression) -> str:
     """The node as Spark SQL, with ``data.*`` paths read out of the VARIANT."""
     copy = node.copy()
     replacements = []
     for path, column in column_paths(copy):
         if path[0] == DATA and len(path) > 1:
-            replacements.append((column, _variant_get(path[1:], _data_type(column))))
+            replacements.append((column, _variant_get(path[1:], data_type(column))))
         else:
             replacements.append((column, exp.column(path[0], quoted=True)))
     for column, replacement in replacements:
@@ -406,33 +322,9 @@ def _spark(node: exp.Expression) -> str:
     return copy.sql(dialect="spark")
 
 
-def _variant_get(path: tuple[str, ...], data_type: str) -> exp.Expression:
+def _variant_get(path: tuple[str, ...], type_name: str) -> exp.Expression:
     return exp.Anonymous(this="try_variant_get", expressions=[
-        exp.column(DATA, quoted=True), exp.Literal.string(json_path(path)), exp.Literal.string(data_type)])
+        exp.column(DATA, quoted=True), exp.Literal.string(json_path(path)), exp.Literal.string(type_name)])
 
 
-def _data_type(column: exp.Expression) -> str:
-    parent = column.parent
-    while isinstance(parent, exp.Paren):
-        parent = parent.parent
-    if parent is None or isinstance(parent, (exp.Alias, exp.Select)):
-        return "variant"
-    if isinstance(parent, _NUMERIC_CONTEXT):
-        return "double"
-    if isinstance(parent, _COMPARISON):
-        others = [child for child in parent.iter_expressions() if child is not column]
-        others += list(parent.expressions) if isinstance(parent, exp.In) else []
-        for other in others:
-            if isinstance(other, exp.Boolean):
-                return "boolean"
-            if isinstance(other, exp.Literal) and not other.is_string:
-                return "double"
-            if isinstance(other, exp.Neg) and isinstance(other.this, exp.Literal):
-                return "double"
-    return "string"
-
-
-__all__ = [
-    "CompiledRule", "EVENT_COLUMNS", "EVENT_TIME", "FilterSpec", "RuleKind", "check_column",
-    "column_paths", "compile_rule", "key_name", "parse_key", "path_of",
-]
+__all__ = ["CompiledRule", "FilterSpec", "RuleKind", "compile_rule"]

@@ -1,7 +1,7 @@
 """The running rules as the rules job holds them: compiled once per revision, tagged with
 the rules version they were read at, and re-read by a Python worker only when it moves.
 
-Where the rows come from is the caller's business (``wayline.pipelines.rules`` reads the
+Where the rows come from is the caller's business (``wayline.pipelines.rule_sets`` reads the
 registry), so this module stays pure.
 """
 
@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from wayline.core.errors import WaylineError
+from wayline.rules.columns import parse_key
 from wayline.rules.engine import ActiveRule
-from wayline.rules.rule import RuleKind, compile_rule, parse_key
+from wayline.rules.rule import RuleKind, compile_rule
 
 log = logging.getLogger(__name__)
 

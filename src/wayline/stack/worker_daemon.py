@@ -3,8 +3,8 @@ worker-side modules imported once, before it forks the workers.
 
 PySpark's daemon forks a worker per task slot; the worker imports ``pyspark.worker`` after
 the fork and then, unpickling the task's function, the module that defines it: for the
-rules job's stateful processor that is ``wayline.pipelines.rules`` and, through it, pandas,
-pyarrow, SQLAlchemy, pydantic and the rules engine. Every worker that Spark starts (a fresh
+rules job's stateful processor that is ``wayline.pipelines.rules_processor`` and, through
+it, pandas, pyarrow, SQLAlchemy, pydantic and the rules engine. Every worker that Spark starts (a fresh
 query, a worker it did not keep) paid those imports again, seconds of CPU on a loaded
 machine: about half of the Python workers' samples at 10 rules (docs/benchmarks.md,
 "Rules against Flink SQL"). Imported here, they are in every forked worker already.
@@ -20,14 +20,16 @@ import sys
 import traceback
 
 # What the workers' tasks import: PySpark's worker loop and Arrow serializers, and the
-# modules that define Wayline's Python-side operators.
+# modules that define Wayline's Python-side operators: the stateful processors, and the
+# recon query's packing step.
 PRELOADED = (
     "pyspark.worker",
     "pyspark.sql.pandas.serializers",
     "pyspark.sql.streaming.stateful_processor",
-    "wayline.pipelines.rules",
+    "wayline.pipelines.rules_processor",
     "wayline.pipelines.batching",
-    "wayline.pipelines.recon",
+    "wayline.pipelines.recon_processor",
+    "wayline.pipelines.recon_packing",
 )
 
 
@@ -38,6 +40,9 @@ def preload() -> None:
         except Exception:  # noqa: BLE001 - a worker imports it itself, and fails there if it must
             print(f"wayline worker daemon: could not preload {name}", file=sys.stderr)
             traceback.print_exc()
+
+
+__all__ = ["PRELOADED", "preload"]
 
 
 if __name__ == "__main__":
