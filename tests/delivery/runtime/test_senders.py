@@ -234,7 +234,7 @@ class Stack:
                                   headers=headers_for(subscription_id, endpoint_id, event_id, self.version, kind))
             self.producer.poll(0)
             if rate:
-                time.sleep(1 / rate)
+                time.sleep(1 / rate)  # the scenario: a stream spread over time
         assert self.producer.flush(30) == 0
         return [message_id(event_id, subscription_id) for event_id in event_ids]
 
