@@ -98,6 +98,7 @@ def test_without_secrets_it_trusts_the_registrys_endpoints_at_its_address(settin
             owner = customer.create(session, ADMIN, customer.CustomerIn(name="receive test")).id
             made = service.create(session, ADMIN, EndpointIn(url=f"{base}/from-registry", customer_id=owner))
             [secret] = [s.secret for s in service.secrets(session, ADMIN, made.id)]
+
         def trusted() -> bool:
             body = event()
             return httpx.post(f"{base}/from-registry", content=body, headers=signed(secret, body)).status_code == 204
