@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 import httpx
 import uvicorn
 
+from tests.waiting import wait_for
 from wayline.stack.process import free_port
 
 
@@ -21,16 +21,18 @@ def served(app: object, health: str = "/health") -> Iterator[str]:
     thread = threading.Thread(target=server.run, name=f"api-{port}", daemon=True)
     thread.start()
     base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
+
+    def up() -> bool:
         try:
             if httpx.get(f"{base}{health}").status_code == 200:
-                break
+                return True
         except httpx.TransportError:
             pass
-        if time.monotonic() > deadline or not thread.is_alive():
+        if not thread.is_alive():
             raise RuntimeError(f"the app on {base} did not come up")
-        time.sleep(0.1)
+        return False
+
+    wait_for(up, f"the app on {base} to come up", 60, every_s=0.1)
     try:
         yield base
     finally:

@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import httpx
 import orjson
@@ -15,6 +14,7 @@ import pytest
 
 from tests.api.servers import served
 from tests.conftest import messaging_app
+from tests.waiting import wait_for
 from wayline.registry import api_key, catalog
 from wayline.registry.access import ADMIN
 from wayline.stack.process import free_port
@@ -187,7 +187,8 @@ def test_a_transaction_left_open_past_its_timeout_is_aborted(settings, database,
         client.post("/topics", json={"name": topic, "partitions": 1})
         txn = client.post("/transactions").json()["id"]
         assert client.post(f"/transactions/{txn}/topics/{topic}/events", json=event(1)).status_code == 200
-        time.sleep(2.5)
+        wait_for(lambda: client.get(f"/transactions/{txn}").status_code == 404,
+                 "the transaction to be aborted past its timeout", 30)
         late = client.post(f"/transactions/{txn}/commit")
         assert late.status_code == 404
         assert late.json()["error"]["message"].startswith(f"transaction {txn} not found")
@@ -246,15 +247,16 @@ def test_a_crashed_instance_s_open_transaction_is_fenced_when_it_starts_again(
                                   env=environment, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", headers=headers, timeout=60) as crashing:
-            deadline = time.monotonic() + 60
-            while True:
+            def healthy() -> bool:
                 try:
                     if crashing.get("/health").status_code == 200:
-                        break
+                        return True
                 except httpx.TransportError:
                     pass
-                assert time.monotonic() < deadline and server.poll() is None, (tmp_path / "server.log").read_text()
-                time.sleep(0.2)
+                assert server.poll() is None, (tmp_path / "server.log").read_text()
+                return False
+
+            wait_for(healthy, "the messaging server to answer", 60)
             assert crashing.post("/topics", json={"name": topic, "partitions": 1}).status_code == 201
             txn = crashing.post("/transactions").json()["id"]
             assert crashing.post(f"/transactions/{txn}/topics/{topic}/events", json=event(1)).status_code == 200
@@ -265,12 +267,17 @@ def test_a_crashed_instance_s_open_transaction_is_fenced_when_it_starts_again(
     with served(messaging_app(settings, database, instance_id=instance)) as base, \
             httpx.Client(base_url=base, headers=headers, timeout=60) as client:
         assert client.post(f"/topics/{topic}/events", json=event(2)).status_code == 200
-        started = time.monotonic()
         seen: list[dict] = []
         cursor = None
-        while not seen and time.monotonic() - started < 20:
+
+        def polled() -> bool:
+            nonlocal seen, cursor
             response = client.get(f"/topics/{topic}/events", params={"wait_s": 2} | ({"cursor": cursor} if cursor else {}))
             seen, cursor = response.json()["records"], response.json()["next_cursor"]
+            return bool(seen)
+
+        # Each poll waits up to 2 s for a record itself.
+        wait_for(polled, "a record: the crashed transaction still holds back read_committed readers", 20, every_s=0)
     assert [r["event"]["id"] for r in seen] == ["e2"], "the crashed transaction still holds back read_committed readers"
 
 

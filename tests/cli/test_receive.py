@@ -4,7 +4,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -13,6 +12,7 @@ import orjson
 import pytest
 from standardwebhooks import Webhook
 
+from tests.waiting import wait_for
 from wayline.core.secret import Secret
 from wayline.registry.access import ADMIN
 from wayline.registry.endpoint import EndpointIn
@@ -40,16 +40,21 @@ def start(args: list[str], env: dict[str, str] | None = None) -> tuple[subproces
                                stderr=subprocess.STDOUT, text=True, env={**os.environ, "COLUMNS": "200", **(env or {})},
                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
+
+    def answers() -> bool:
         try:
             httpx.get(f"{base}/stats")
-            return process, base
+            return True
         except httpx.TransportError:
             assert process.poll() is None, process.communicate()[0]
-            time.sleep(0.2)
-    process.kill()
-    raise AssertionError("wayline receive did not answer")
+            return False
+
+    try:
+        wait_for(answers, "wayline receive to answer", 60)
+    except AssertionError:
+        process.kill()
+        raise
+    return process, base
 
 
 def stop(process: subprocess.Popen[str]) -> str:
@@ -93,12 +98,13 @@ def test_without_secrets_it_trusts_the_registrys_endpoints_at_its_address(settin
             owner = customer.create(session, ADMIN, customer.CustomerIn(name="receive test")).id
             made = service.create(session, ADMIN, EndpointIn(url=f"{base}/from-registry", customer_id=owner))
             [secret] = [s.secret for s in service.secrets(session, ADMIN, made.id)]
-        deadline = time.monotonic() + 30  # it looks at the registry every few seconds
-        while time.monotonic() < deadline:
+
+        def trusted() -> bool:
             body = event()
-            if httpx.post(f"{base}/from-registry", content=body, headers=signed(secret, body)).status_code == 204:
-                break
-            time.sleep(1)
+            return httpx.post(f"{base}/from-registry", content=body, headers=signed(secret, body)).status_code == 204
+
+        # It looks at the registry every few seconds.
+        wait_for(trusted, "the receiver to trust the new endpoint's secret", 30, every_s=1)
         stats = httpx.get(f"{base}/stats").json()["/from-registry"]
     finally:
         output = stop(process)

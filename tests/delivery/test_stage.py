@@ -17,6 +17,7 @@ from standardwebhooks import Webhook
 
 from tests.delivery.receivers import Receivers
 from tests.delivery.servers import Handler, Recorder, loopback_transport
+from tests.waiting import wait_for
 from wayline.core.secret import Secret
 from wayline.core.settings import DeliverySettings
 from wayline.delivery.attempt import DeadLettered, DeadLetterReason, Pending, State, settle
@@ -400,10 +401,8 @@ def test_outcomes_are_recorded_while_the_stage_is_still_sending(database, unique
                                                          StageSettings(deadline_s=20)))
         stage.start()
         try:
-            deadline = time.monotonic() + 10
-            while store.settled([p.webhook_id for p in fast]) != {p.webhook_id for p in fast}:
-                assert time.monotonic() < deadline, "the answered deliveries were not recorded while one was in flight"
-                time.sleep(0.05)
+            wait_for(lambda: store.settled([p.webhook_id for p in fast]) == {p.webhook_id for p in fast},
+                     "the answered deliveries to be recorded while one was in flight", 10, every_s=0.05)
             assert stage.is_alive(), "the stage ended first: its outcomes were recorded only at its end"
             assert store.settled([pendings[-1].webhook_id]) == set()
         finally:

@@ -65,7 +65,7 @@ def produce(bootstrap: str, event_ids: list[str], rate: float | None = None) -> 
             "tenantid": "cluster-t", "data": {"n": n}}))
         producer.poll(0)
         if rate:
-            time.sleep(1 / rate)
+            time.sleep(1 / rate)  # the scenario: a stream spread over time
     assert producer.flush(30) == 0
 
 

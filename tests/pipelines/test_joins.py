@@ -82,14 +82,16 @@ def joined(settings: Settings, spark, database, admin_api: str, admin_key: str,
             rules[name] = response.json()
 
         def started() -> bool:
-            # The job reads the registry before a micro-batch: an event makes one. A join
-            # query reads from the latest offsets: produce once each has run a batch.
+            # The job reads the registry before a micro-batch: an event makes one, until every
+            # join query has started. A join query reads from the latest offsets: produce once
+            # each has run a batch.
             job.raise_if_failed()
+            if len(job.joins.queries) == 4 and all(q.lastProgress is not None for q in job.joins.queries.values()):
+                return True
             produce([("warm", event(f"warm-{time.monotonic_ns()}", "jn.warm", 0, {}))])
-            time.sleep(1)
-            return len(job.joins.queries) == 4 and all(q.lastProgress is not None for q in job.joins.queries.values())
+            return False
 
-        wait_for(started, "the join queries", 240)
+        wait_for(started, "the join queries", 240, every_s=1)
         produce([
             ("c1", event("o1", "jn.order", 0, {"customer": "c1", "amount": 10, "order": "k1"})),
             ("c2", event("o2", "jn.order", 1, {"customer": "c2", "amount": 20, "order": "k2"})),

@@ -30,6 +30,7 @@ import pytest
 from confluent_kafka import Producer
 
 from tests.recon.streams import caught_up, end_offsets, read_all
+from tests.waiting import wait_for
 from wayline.core.kafka import ensure_topics
 from wayline.core.settings import Settings
 
@@ -174,20 +175,18 @@ def run(settings: Settings, spark, database, admin_api: str, admin_key: str, tmp
         })
         assert response.status_code == 201, response.text
         result.ids["added"] = response.json()["id"]
-        deadline = time.monotonic() + 120
-        while job.counters.restarts == 0 and time.monotonic() < deadline:
-            time.sleep(0.2)
+        wait_for(lambda: job.counters.restarts > 0, "the query to restart on the new reconciliation", 120)
         producer.produce(added[0], value=actual("x1", 1))  # an audit record read by its attributes
         producer.produce(added[1], value=heartbeat(200))
         assert producer.flush(30) == 0
         caught_up(job, end_offsets(bootstrap, [*inputs, *added]))
         result.restarts = job.counters.restarts
+
+        def stalled_reported() -> bool:
+            return any(e["data"]["reconciliation_id"] == result.ids["stalled"] for e in read_all(bootstrap, output))
+
         # The stalled stream got nothing since act 1: its missing comes from processing time.
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            events = read_all(bootstrap, output)
-            if any(e["data"]["reconciliation_id"] == result.ids["stalled"] for e in events):
-                break
+        wait_for(stalled_reported, "the stalled stream's events", 60)
     finally:
         job.stop()
         producer.close()

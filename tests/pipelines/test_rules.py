@@ -30,6 +30,7 @@ import orjson
 import pytest
 from confluent_kafka import Consumer, Producer
 
+from tests import waiting
 from wayline.core.kafka import ensure_topics
 from wayline.core.settings import Settings
 
@@ -130,13 +131,13 @@ class Outputs:
             self.seen[message.topic()].append(orjson.loads(message.value()))
 
     def wait_for(self, check: Callable[[dict[str, list[dict[str, Any]]]], bool], timeout: float, job) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            self.drain()
+        def met() -> bool:
+            self.drain()  # reads for half a second: the poll interval
             job.raise_if_failed()
-            if check(self.seen):
-                return
-        raise AssertionError(f"timed out; seen: { {k: len(v) for k, v in self.seen.items()} }")
+            return check(self.seen)
+
+        waiting.wait_for(met, lambda: f"the outputs; seen: { {k: len(v) for k, v in self.seen.items()} }", timeout,
+                         every_s=0)
 
 
 @pytest.fixture(scope="module")

@@ -26,7 +26,7 @@ from standardwebhooks import Webhook
 from tests.delivery.receivers import Receivers
 from tests.delivery.servers import Recorder
 from tests.pipelines.test_rules import LOGINS, event
-from tests.waiting import wait_for
+from tests.waiting import holds_for, wait_for
 from wayline.core.kafka import ensure_topics
 from wayline.core.settings import DeliverySettings, Settings
 from wayline.delivery.metrics import DeliveryMetrics
@@ -107,7 +107,10 @@ def delivered(api_settings: Settings, database, spark, admin_api: str, admin_key
                 return any(status >= 2 for status in attempts.values())
 
             wait_for(arrived, "the match delivered by a retry", 300)
-            time.sleep(2)  # anything else the jobs would send arrives too
+            # Nothing else reaches the endpoint: no other match, no third attempt (the retry
+            # schedule's steps are 1 s, so a third attempt would come within this look).
+            sent = len(recorder.on("/alerts"))
+            holds_for(lambda: len(recorder.on("/alerts")) == sent, f"{sent} requests at the endpoint", 2)
         finally:
             retries.stop()
             delivery.stop()

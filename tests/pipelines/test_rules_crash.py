@@ -129,6 +129,29 @@ class Outputs:
         self.drain()
         return [item for offset, item in self.seen[self.topics[name]] if start <= offset < end]
 
+    def read_to(self, ends: dict[str, int]) -> bool:
+        """Whether every record before ``ends`` (see :meth:`ends`) has been read."""
+        self.drain()
+        return all(max((offset + 1 for offset, _ in self.seen[self.topics[name]]), default=0) >= end
+                   for name, end in ends.items())
+
+
+def committed_to(checkpoint: Path, topic: str) -> int:
+    """How far into ``topic`` (one partition) the rules query has read, by the offsets of its
+    last micro-batch, once that batch is committed (its outputs written); -1 until then."""
+    def numbered(folder: str) -> list[int]:
+        return [int(path.name) for path in (checkpoint / folder).glob("*") if path.name.isdigit()]
+
+    planned, committed = numbered("offsets"), numbered("commits")
+    if not committed or max(committed) != max(planned, default=-1):
+        return -1
+    # The offsets log: a version line, the batch's metadata, then one line of offsets per source.
+    for line in (checkpoint / "offsets" / str(max(committed))).read_text().splitlines()[2:]:
+        offsets = orjson.loads(line) if line.startswith("{") else {}
+        if topic in offsets:
+            return offsets[topic]["0"]
+    return -1
+
 
 def job_environment(prefix: str, control_topic: str) -> dict[str, str]:
     return {
@@ -148,9 +171,10 @@ class Exited:
         assert self.job.poll() is None, f"the rules job exited; its log: {self.log}"
 
 
-def settled(outputs: Outputs, since: dict[str, int], job, log: Path) -> None:
+def settled(outputs: Outputs, since: dict[str, int], job, log: Path, checkpoint: Path, topic_in: str) -> None:
     """Wait until every window of the stream is out (they close on the clock event, in the
-    stream's last micro-batch, with every other output of that batch), then a little more."""
+    stream's last micro-batch, with every other output of that batch), until that batch is
+    committed (every output of it written), and until every output written is read."""
     alive = Exited(job, log)
 
     def done() -> bool:
@@ -158,8 +182,11 @@ def settled(outputs: Outputs, since: dict[str, int], job, log: Path) -> None:
         return outputs.count("window", since["window"]) >= expected_windows()
 
     wait_for(done, "every window's output", 300)
-    time.sleep(3)
-    outputs.drain()
+    end_in = outputs.consumer.get_watermark_offsets(TopicPartition(topic_in, 0), timeout=10)[1]
+    wait_for(lambda: alive() or committed_to(checkpoint, topic_in) >= end_in,
+             "the micro-batch that read the whole stream to be committed", 120)
+    ends = outputs.ends()
+    wait_for(lambda: outputs.read_to(ends), f"the outputs up to {ends}", 60, every_s=0)
 
 
 @pytest.fixture(scope="module")
@@ -201,7 +228,7 @@ def runs(settings: Settings, database, tmp_path_factory: pytest.TempPathFactory)
         killed_at = outputs.count("filter")
         job = start_detached("rules", interrupted, settings, log, environment)
         producer.join(timeout=120)
-        settled(outputs, dict.fromkeys(RULES, 0), job, log)
+        settled(outputs, dict.fromkeys(RULES, 0), job, log, interrupted.checkpoint_root / "rules", prefix + "in")
     finally:
         kill_hard(job)
     outputs.drain()
@@ -211,7 +238,7 @@ def runs(settings: Settings, database, tmp_path_factory: pytest.TempPathFactory)
     log = uninterrupted.state_dir / "job.log"
     job = start_detached("rules", uninterrupted, settings, log, environment)
     try:
-        settled(outputs, boundary, job, log)
+        settled(outputs, boundary, job, log, uninterrupted.checkpoint_root / "rules", prefix + "in")
     finally:
         kill_hard(job)
     end = outputs.ends()

@@ -9,6 +9,8 @@ from typing import Any
 import orjson
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
 
+from tests.waiting import wait_for
+
 
 def end_offsets(bootstrap: str, topics: list[str]) -> dict[str, dict[str, int]]:
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"recon-offsets-{time.time_ns()}"})
@@ -25,17 +27,16 @@ def end_offsets(bootstrap: str, topics: list[str]) -> dict[str, dict[str, int]]:
 
 def caught_up(job, ends: dict[str, dict[str, int]], timeout: float = 300) -> None:
     """Wait until a finished micro-batch has read every topic to ``ends``."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def read_to_ends() -> bool:
         assert job.exception() is None, job.exception()
         progress = job.query.lastProgress if job.query is not None else None
-        if progress is not None:
-            read = progress["sources"][0]["endOffset"]
-            read = orjson.loads(read) if isinstance(read, str) else read
-            if all(read.get(topic, {}).get(p, -1) >= end for topic, parts in ends.items() for p, end in parts.items()):
-                return
-        time.sleep(0.2)
-    raise AssertionError(f"the recon query did not catch up with {ends}")
+        if progress is None:
+            return False
+        read = progress["sources"][0]["endOffset"]
+        read = orjson.loads(read) if isinstance(read, str) else read
+        return all(read.get(topic, {}).get(p, -1) >= end for topic, parts in ends.items() for p, end in parts.items())
+
+    wait_for(read_to_ends, f"the recon query to catch up with {ends}", timeout)
 
 
 def read_records(bootstrap: str, topic: str, timeout: float = 60) -> list[Message]:

@@ -4,6 +4,7 @@ import time
 
 import pytest
 
+from tests.waiting import wait_for
 from wayline.registry import rule as rule_service
 from wayline.registry.access import ADMIN
 from wayline.registry.models import Rule
@@ -22,12 +23,11 @@ def _rule(database, name: str) -> Rule | None:
 
 
 def _apply_until(control: ControlTopic, database, done) -> None:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        control.apply_pending(database, timeout_s=0.5)
-        if done():
-            return
-    raise AssertionError("the control records were not applied within 30 s")
+    def applied() -> bool:
+        control.apply_pending(database, timeout_s=0.5)  # waits up to half a second for records
+        return done()
+
+    wait_for(applied, "the control records to be applied", 30, every_s=0)
 
 
 def test_control_records_create_change_and_remove_rules(settings, database, unique) -> None:
@@ -68,7 +68,7 @@ def test_the_control_consumer_outlives_an_idle_spell_longer_than_its_poll_interv
     try:
         publish(control_settings, name, definition)
         _apply_until(control, database, lambda: _rule(database, name) is not None)
-        time.sleep(interval_s * 1.5)
+        time.sleep(interval_s * 1.5)  # the scenario: an idle spell past the poll interval
         assert control.apply_pending(database, timeout_s=0.5) == 0
         publish(control_settings, name, {**definition, "sql": SQL + " AND id = 'after'"})
         _apply_until(control, database, lambda: _rule(database, name).revision == 2)

@@ -3,12 +3,21 @@
 import logging
 import subprocess
 import sys
-import time
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
 
+from tests.waiting import wait_for
 from wayline.stack.logs import job_log
+
+
+def polled_until_logged(producer: Producer, log_file: Path, text: str) -> None:
+    def logged() -> bool:
+        producer.poll(0.1)
+        return text in log_file.read_text()
+
+    wait_for(logged, f"{text!r} in the log", 30, every_s=0)
 
 
 def test_native_child_and_python_stderr_go_to_the_job_log(tmp_path, capfd: pytest.CaptureFixture[str]) -> None:
@@ -16,11 +25,10 @@ def test_native_child_and_python_stderr_go_to_the_job_log(tmp_path, capfd: pytes
     with job_log(log_file):
         # librdkafka logs from its own threads straight to file descriptor 2: a broker nobody runs.
         producer = Producer({"bootstrap.servers": "127.0.0.1:9", "reconnect.backoff.max.ms": 100})
-        producer.poll(1.0)
+        polled_until_logged(producer, log_file, "%3|")
         del producer
         subprocess.run([sys.executable, "-c", "import sys; sys.stderr.write('worker chatter\\n')"], check=True)
         logging.getLogger("wayline.pipelines.delivery").info("a job's own record")
-        time.sleep(0.2)
     captured = capfd.readouterr()
     written = log_file.read_text()
     assert "%3|" in written and "rdkafka" in written

@@ -124,13 +124,12 @@ def recon_status(
     missing: Annotated[int, typer.Option(help="missing ids to show")] = 20,
 ) -> None:
     """Completeness per source and window, the watermark, and the ids missing now."""
-    from wayline.api.routers.reconciliations import window_out
     from wayline.recon import store
 
     with registry() as (session, _):
         found = reconciliation.get(session, ADMIN, reconciliation_id)
         mark = store.watermark(session, reconciliation_id)
-        shown = [window_out(w) for w in store.windows(session, reconciliation_id, windows)]
+        shown = [store.window_out(w) for w in store.windows(session, reconciliation_id, windows)]
         count = store.missing_count(session, reconciliation_id)
         ids = store.missing_ids(session, reconciliation_id, None, missing, 10_000).data
     table = Table(title=f"{found.name}: watermark {iso(mark) if mark is not None else 'none yet'}, "

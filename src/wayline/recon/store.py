@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
+from pydantic import BaseModel
 from sqlalchemy import (
     BigInteger,
     Boolean,
@@ -37,7 +38,7 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Mapped, Session, mapped_column
 
 from wayline.core.errors import RejectedInput
-from wayline.recon.events import completeness
+from wayline.recon.events import completeness, iso
 from wayline.recon.figures import COUNT_NAMES, Counts, Emitted
 from wayline.registry.access import Page, decode_cursor, encode_cursor
 from wayline.registry.models import Base, Reconciliation
@@ -121,6 +122,30 @@ class Window:
     def figures(self) -> dict[str, Any]:
         return {"source": self.source, "window_start": self.window_start, "window_end": self.window_end,
                 "revision": self.revision, **{name: getattr(self.counts, name) for name in COUNT_NAMES}}
+
+
+# A window's figures as the API and the CLI show them (no docstring: it would enter the OpenAPI schema).
+class WindowOut(BaseModel):
+    source: str
+    window_start: str
+    window_end: str
+    expected: int
+    matched: int
+    missing: int
+    found: int
+    duplicates: int
+    late: int
+    too_late: int
+    unreadable: int  # records of the reconciliation's topics it could not read (also quarantined)
+    completeness: float
+    revision: int  # 0: the window is still open, not yet published
+
+
+def window_out(window: Window) -> WindowOut:
+    figures: dict[str, Any] = window.figures()
+    figures.update(window_start=iso(window.window_start), window_end=iso(window.window_end),
+                   completeness=window.completeness)
+    return WindowOut(**figures)
 
 
 def _window(row: ReconMetric) -> Window:
@@ -243,6 +268,6 @@ def latest_published(session: Session) -> list[Window]:
 
 
 __all__ = [
-    "ReconBatch", "ReconMetric", "ReconMissing", "ReconProgress", "Window", "WindowChange", "apply_batch",
-    "latest_published", "missing_count", "missing_ids", "watermark", "windows",
+    "ReconBatch", "ReconMetric", "ReconMissing", "ReconProgress", "Window", "WindowChange", "WindowOut", "apply_batch",
+    "latest_published", "missing_count", "missing_ids", "watermark", "window_out", "windows",
 ]

@@ -8,7 +8,6 @@ webhook ids and endpoints.
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import replace
@@ -81,12 +80,14 @@ def failing_then_ok(recorder: Recorder, failures: int, fail: Callable[[], web.Re
 def drain_until(queue: RetryQueue, targets: dict[str, Target], done: Callable[[], bool], stage: StageSettings = STAGE,
                 timeout_s: float = 20) -> None:
     """What the retry query does each micro-batch, in a loop: claim due entries, attempt, settle."""
-    deadline = time.monotonic() + timeout_s
-    while not done():
-        assert time.monotonic() < deadline, "the retry path did not finish in time"
+    def finished() -> bool:
+        if done():
+            return True
         claims = queue.claim(0, 1, 1000, timedelta(seconds=30), datetime.now(UTC))
         run_retry_stage(claims, targets, queue, loopback_transport, stage)
-        time.sleep(0.02)
+        return False
+
+    wait_for(finished, "the retry path to finish", timeout_s, every_s=0.02)
 
 
 def falls_due(database, webhook_id: str) -> Callable[[], bool]:

@@ -12,34 +12,11 @@ from wayline.registry.access import Page
 router = APIRouter(prefix="/reconciliations", tags=["reconciliations"], route_class=JsonRoute)
 
 
-class WindowOut(BaseModel):
-    source: str
-    window_start: str
-    window_end: str
-    expected: int
-    matched: int
-    missing: int
-    found: int
-    duplicates: int
-    late: int
-    too_late: int
-    unreadable: int  # records of the reconciliation's topics it could not read (also quarantined)
-    completeness: float
-    revision: int  # 0: the window is still open, not yet published
-
-
 class StatusOut(BaseModel):
     reconciliation: reconciliation.ReconciliationOut
     watermark: str | None
     missing_now: int
-    windows: list[WindowOut]
-
-
-def window_out(window: store.Window) -> WindowOut:
-    figures: dict[str, Any] = window.figures()
-    figures.update(window_start=iso(window.window_start), window_end=iso(window.window_end),
-                   completeness=window.completeness)
-    return WindowOut(**figures)
+    windows: list[store.WindowOut]
 
 
 @router.post("", status_code=201, response_model=reconciliation.ReconciliationOut)
@@ -85,7 +62,7 @@ def reconciliation_status(reconciliation_id: str, db: DB, caller: CallerDep,
         return StatusOut(
             reconciliation=found, watermark=None if mark is None else iso(mark),
             missing_now=store.missing_count(session, reconciliation_id),
-            windows=[window_out(w) for w in store.windows(session, reconciliation_id, windows)],
+            windows=[store.window_out(w) for w in store.windows(session, reconciliation_id, windows)],
         )
 
 
@@ -97,4 +74,4 @@ def missing_ids(reconciliation_id: str, db: DB, caller: CallerDep, paging: Pagin
         return store.missing_ids(session, reconciliation_id, paging.cursor, paging.limit, paging.max_limit)
 
 
-__all__ = ["StatusOut", "WindowOut", "router", "window_out"]
+__all__ = ["StatusOut", "router"]
