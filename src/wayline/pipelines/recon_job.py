@@ -33,7 +33,7 @@ from wayline.pipelines.recon_processor import CHANGE, FOUND, MARK, MISSING
 from wayline.recon import reconciliation as service
 from wayline.recon import store
 from wayline.recon.events import id_event, metrics_event
-from wayline.recon.state import COUNT_NAMES, Counts, Emitted
+from wayline.recon.figures import COUNT_NAMES, Counts, Emitted
 from wayline.registry.db import Database
 
 

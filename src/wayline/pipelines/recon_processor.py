@@ -17,8 +17,9 @@ from pyspark.sql.types import BinaryType, LongType, StringType, StructField, Str
 
 from wayline.pipelines.worker_cache import WorkerCache
 from wayline.recon import packing
+from wayline.recon.figures import COUNT_NAMES
 from wayline.recon.periods import Periods
-from wayline.recon.state import COUNT_NAMES, SIDE_ORDER, UNREADABLE, Bucket, Step
+from wayline.recon.state import SIDE_ORDER, UNREADABLE, Bucket, Step
 
 MISSING, FOUND, CHANGE, MARK = "missing", "found", "change", "mark"
 OUTPUT_SCHEMA = StructType([

@@ -43,7 +43,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from wayline.recon.figures import COUNT_NAMES, Counts, Emitted
+from wayline.recon.figures import Counts, Emitted
 from wayline.recon.periods import Periods, window_start
 
 Side = Literal["expected", "actual", "heartbeat"]
@@ -423,7 +423,5 @@ def _tally(sources: np.ndarray, windows: np.ndarray) -> Iterable[tuple[tuple[str
     return [((source, int(window)), int(count)) for (source, window), count in tallied.items()]
 
 
-# COUNT_NAMES, Counts and Emitted are defined in ``figures``; listed here while the recon job's
-# modules still import them from this one.
-__all__ = ["Bucket", "CHUNK_MS", "COUNT_NAMES", "Chunk", "Counts", "Emitted", "MATCHED", "MISSING", "PENDING", "Record",
-           "SETTLED_SCHEMA", "SIDE_ORDER", "Step", "UNREADABLE"]
+__all__ = ["Bucket", "CHUNK_MS", "Chunk", "MATCHED", "MISSING", "PENDING", "Record", "SETTLED_SCHEMA", "SIDE_ORDER",
+           "Step", "UNREADABLE"]
