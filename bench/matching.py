@@ -129,7 +129,8 @@ class Running:
 
 def start(system: str, spark: Any, settings: Settings, database: Database, checkpoint: Path) -> Running:
     if system == "floor":
-        from wayline.pipelines.source import delivered_topic_pattern, read_kafka
+        from wayline.core.topics import delivered_topic_pattern
+        from wayline.pipelines.source import read_kafka
 
         query = (read_kafka(spark, settings, delivered_topic_pattern(settings),
                             max_offsets_per_trigger=settings.delivery.max_offsets_per_trigger)

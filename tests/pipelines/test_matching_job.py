@@ -25,7 +25,7 @@ import pytest
 from confluent_kafka import Message, Producer
 
 from tests.pipelines.test_delivery_crash import subscribe_single_and_batched
-from tests.recon.streams import read_records
+from tests.recon.streams import end_offsets, read_records
 from tests.waiting import wait_for
 from wayline.core.envelope import REASON_HEADER, SOURCE_OFFSET_HEADER, SOURCE_TOPIC_HEADER
 from wayline.core.errors import ConfigError
@@ -104,9 +104,10 @@ def _expected_requests(spark, settings: Settings, database, topic: str) -> list[
     return sorted((r.endpoint_id.encode(), bytes(r.body), r.subscription_id, r.event_ids[0]) for r in rows)
 
 
-def _engine(settings: Settings, trigger: str, master: str = "local[2]") -> Settings:
+def _engine(settings: Settings, trigger: str, master: str = "local[2]", intake: str = "off") -> Settings:
     return settings.model_copy(update={
-        "delivery": settings.delivery.model_copy(update={"engine": "senders", "matching_trigger": trigger}),
+        "delivery": settings.delivery.model_copy(update={"engine": "senders", "matching_trigger": trigger,
+                                                         "intake": intake}),
         "spark": settings.spark.model_copy(update={"master": master}),
     })
 
@@ -156,6 +157,14 @@ def test_a_local_master_is_raised_to_the_slots_the_topics_need(settings: Setting
     # Chosen for the cores: 6 partitions on the test machine's few cores take micro-batches.
     chosen = with_enough_slots(_engine(on_topics, "auto"), beside=1)
     assert (chosen.delivery.matching_trigger, chosen.spark.master) == ("micro_batch", "local[2]")
+    # Or, with the intake, the real-time trigger on the intake topic's partition (cores - 1).
+    intake_topic = f"wayline.intake.{name}"
+    fanned = _engine(on_topics, "auto", intake="auto")
+    fanned = fanned.model_copy(update={"delivery": fanned.delivery.model_copy(update={"intake_topic": intake_topic})})
+    chosen = with_enough_slots(fanned, beside=1)
+    assert (chosen.delivery.intake, chosen.delivery.matching_trigger, chosen.spark.master) == (
+        "on", "realtime", "local[4]")
+    assert source_partitions(chosen) == 1 == len(end_offsets(settings.kafka_bootstrap(), [intake_topic])[intake_topic])
 
 
 @pytest.mark.integration

@@ -161,8 +161,9 @@ def _watch_delivery(settings: Settings, receiver: Receiver | None = None,
     query runs beside it in the same Spark session (counted in the same metrics); with
     ``self_audit``, the recon job too (every enabled reconciliation, the delivery self-audit
     among them: `wayline status` shows its completeness). With ``delivery.engine =
-    "senders"`` the job is the matching query, and ``delivery.sender_processes`` sender
-    processes send what it routes.
+    "senders"`` the job is the matching query, ``delivery.sender_processes`` sender
+    processes send what it routes, and where ``delivery.intake`` is on,
+    ``delivery.intake_processes`` intake processes copy the source topics for it.
     ``on_running`` is called once the queries run, before the view starts."""
     from wayline.cli.views import delivery_view, senders_view
     from wayline.delivery.metrics import DeliveryMetrics
@@ -181,8 +182,16 @@ def _watch_delivery(settings: Settings, receiver: Receiver | None = None,
           ExitStack() as sending):
         job = compose.matching_job(wiring, metrics) if senders else compose.delivery_job(wiring, metrics)
         if senders:
+            from wayline.delivery.runtime.intake import running_intake
             from wayline.delivery.runtime.senders import running_senders
 
+            decided = job.settings.delivery
+            if decided.intake == "on":
+                pids = sending.enter_context(running_intake(job.settings))
+                console.print(f"intake processes {', '.join(map(str, pids))} copy the source topics onto "
+                              f"{decided.intake_topic}; the matching query reads it ({decided.matching_trigger})")
+            else:
+                console.print(f"the matching query reads the source topics ({decided.matching_trigger})")
             pids = sending.enter_context(running_senders(settings))
             console.print(f"sender processes {', '.join(map(str, pids))} send from {settings.delivery.work_topic}")
         progress.watch(lambda: job.queries)
@@ -267,25 +276,20 @@ def run_retries() -> None:
         watch(query, view, "retry query")
 
 
-@run_app.command("senders")
-@guarded
-def run_senders(
-    parent: Annotated[int | None, typer.Option(
-        help="stop, as on SIGTERM, once the process with this pid is no longer this one's parent "
-             "(`wayline run delivery` passes its own, so its senders never outlive it, even after kill -9)")] = None,
-) -> None:
-    """Send what the matching query routed to the work topic (delivery.engine = "senders"): one sender process,
-    until SIGINT or SIGTERM; metrics on /metrics (delivery.sender_metrics_port)."""
+_PARENT_HELP = ("stop, as on SIGTERM, once the process with this pid is no longer this one's parent "
+                "(`wayline run delivery` passes its own, so the processes it starts never outlive it, even after "
+                "kill -9)")
+
+
+def _runtime_process(parent: int | None) -> threading.Event:
+    """For a delivery runtime process (a sender or intake process): the event SIGINT,
+    SIGTERM or the loss of ``parent`` sets, and its log on standard error."""
     import logging
     import signal
 
-    from wayline.delivery.metrics import DeliveryMetrics
-    from wayline.delivery.runtime.senders import run_sender
-
-    settings = Settings()
     stop = threading.Event()
     for number in (signal.SIGINT, signal.SIGTERM):
-        # The stage in progress finishes, is recorded and committed; then the process exits.
+        # What is in progress finishes, is recorded and committed; then the process exits.
         signal.signal(number, lambda *_: stop.set())
     if parent is not None:
         def orphaned() -> None:
@@ -293,11 +297,24 @@ def run_senders(
                 if os.getppid() != parent:
                     stop.set()
 
-        threading.Thread(target=orphaned, name="wayline-sender-parent", daemon=True).start()
+        threading.Thread(target=orphaned, name="wayline-parent", daemon=True).start()
     handler = logging.StreamHandler()
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.getLogger("wayline").addHandler(handler)
     logging.getLogger("wayline").setLevel(logging.INFO)
+    return stop
+
+
+@run_app.command("senders")
+@guarded
+def run_senders(parent: Annotated[int | None, typer.Option(help=_PARENT_HELP)] = None) -> None:
+    """Send what the matching query routed to the work topic (delivery.engine = "senders"): one sender process,
+    until SIGINT or SIGTERM; metrics on /metrics (delivery.sender_metrics_port)."""
+    from wayline.delivery.metrics import DeliveryMetrics
+    from wayline.delivery.runtime.senders import run_sender
+
+    settings = Settings()
+    stop = _runtime_process(parent)
     metrics = DeliveryMetrics()
     pid = os.getpid()
     with (compose.metrics_served(metrics, settings.delivery.metrics_host, settings.delivery.sender_metrics_port,
@@ -307,6 +324,23 @@ def run_senders(
                       f"metrics at {server.where}; SIGINT or SIGTERM stops", soft_wrap=True)
         run_sender(settings, database, metrics, stop)
     console.print(f"sender {pid}: stopped")
+
+
+@run_app.command("intake")
+@guarded
+def run_intake(parent: Annotated[int | None, typer.Option(help=_PARENT_HELP)] = None) -> None:
+    """Copy the delivery job's source topics onto delivery.intake_topic for the matching query (delivery.intake):
+    one intake process, until SIGINT or SIGTERM."""
+    from wayline.core.topics import delivered_topic_pattern
+    from wayline.delivery.runtime import intake
+
+    settings = Settings()
+    stop = _runtime_process(parent)
+    pid = os.getpid()
+    console.print(f"intake {pid}: copying {delivered_topic_pattern(settings)} onto {settings.delivery.intake_topic} "
+                  f"as {settings.delivery.intake_group}; SIGINT or SIGTERM stops", soft_wrap=True)
+    intake.run_intake(settings, stop)
+    console.print(f"intake {pid}: stopped")
 
 
 @serve_app.command("admin")

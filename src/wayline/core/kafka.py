@@ -38,6 +38,10 @@ class KafkaRecord(NamedTuple):
     key: bytes | None
     value: bytes | None
     headers: Sequence[tuple[str, bytes | None]] = ()
+    partition: int = -1
+    """-1: the producer's partitioner picks (by key)."""
+    timestamp: int = 0
+    """Milliseconds since the epoch; 0: now."""
 
 
 def produce_all(producer: Producer, records: Iterable[KafkaRecord], flush_timeout_s: float = 30.0) -> int:
@@ -55,7 +59,7 @@ def produce_all(producer: Producer, records: Iterable[KafkaRecord], flush_timeou
             while True:
                 try:
                     producer.produce(record.topic, record.value, key=record.key, headers=list(record.headers),
-                                     on_delivery=delivered)
+                                     partition=record.partition, timestamp=record.timestamp, on_delivery=delivered)
                     break
                 except BufferError:  # the local queue is full: let acknowledgements drain it
                     producer.poll(0.1)

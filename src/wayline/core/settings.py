@@ -246,6 +246,27 @@ class DeliverySettings(_Section):
     work_partitions: int = Field(
         default=4, ge=1, description="partitions of work_topic: at most this many sender processes share the work"
     )
+    intake: Literal["auto", "on", "off"] = Field(
+        default="auto",
+        description="with engine = senders: intake processes copy every source topic's records onto intake_topic, "
+                    "which the matching query reads under the real-time trigger instead; auto: on exactly where the "
+                    "source partitions + 1 exceed the cores (where the real-time trigger could not hold them)",
+    )
+    intake_topic: str = Field(
+        default="wayline.delivery.intake",
+        description="internal topic: with intake on, the source topics' records as the matching query reads them",
+    )
+    intake_partitions: int = Field(
+        default=0, ge=0,
+        description="partitions of intake_topic when it is made; 0: the cores less one, at least 1 (what the "
+                    "real-time trigger holds with a slot to spare)",
+    )
+    intake_processes: int = Field(
+        default=1, ge=1, description="with intake on: intake processes `wayline run delivery` starts"
+    )
+    intake_group: str = Field(
+        default="wayline-intake", description="the intake processes' Kafka consumer group on the source topics"
+    )
     sender_processes: int = Field(
         default=2, ge=1, description="with engine = senders: sender processes `wayline run delivery` starts"
     )

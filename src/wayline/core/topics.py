@@ -14,6 +14,7 @@ topic the settings name for Wayline's internal use, wherever an operator moved i
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from wayline.core.errors import Forbidden, RejectedInput
@@ -23,6 +24,20 @@ BROKER_PREFIX = "__"
 INTERNAL_PREFIX = "wayline."
 # Characters that make a topic grant's pattern a glob (fnmatch).
 GLOB_CHARACTERS = "*?["
+
+
+def event_topic_pattern(settings: Settings) -> str:
+    return "^" + re.escape(settings.kafka.event_topic_prefix) + ".*"
+
+
+def delivered_topic_pattern(settings: Settings) -> str:
+    """What the delivery job reads: the event topics and the rules' alert topics, whose
+    events customers subscribe to like any others (the rules job reads only the former).
+    Spark's Kafka source (Java's regex) and the intake processes' consumer (librdkafka's,
+    which refuses ``(?:``) both take it, so it is here, apart from Spark, in the syntax
+    they share."""
+    prefixes = (settings.kafka.event_topic_prefix, settings.kafka.alert_topic_prefix)
+    return "^(" + "|".join(map(re.escape, prefixes)) + ").*"
 
 
 @dataclass(frozen=True)
@@ -35,6 +50,7 @@ class ReservedTopics:
             settings.kafka.quarantine_topic,
             settings.delivery.batch_topic,
             settings.delivery.work_topic,
+            settings.delivery.intake_topic,
             settings.delivery.operations_topic,
             settings.rules.control_topic,
             settings.recon.output_topic,
@@ -74,4 +90,4 @@ class ReservedTopics:
         return self.reason(literal) if literal.startswith((BROKER_PREFIX, INTERNAL_PREFIX)) else None
 
 
-__all__ = ["BROKER_PREFIX", "INTERNAL_PREFIX", "ReservedTopics"]
+__all__ = ["BROKER_PREFIX", "INTERNAL_PREFIX", "ReservedTopics", "delivered_topic_pattern", "event_topic_pattern"]

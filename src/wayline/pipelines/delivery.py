@@ -39,6 +39,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 from wayline.core.kafka import ensure_topics
 from wayline.core.settings import Settings
+from wayline.core.topics import delivered_topic_pattern
 from wayline.delivery.bucket import Source
 from wayline.delivery.holder import Polled, SnapshotHolder
 from wayline.delivery.metrics import DeliveryMetrics
@@ -52,7 +53,7 @@ from wayline.pipelines.live_snapshot import LiveSnapshot, load_live_snapshot
 from wayline.pipelines.micro_batch import concise_failures
 from wayline.pipelines.routing import micro_batch_work
 from wayline.pipelines.sending import PartitionSender, send, task_settings
-from wayline.pipelines.source import delivered_topic_pattern, read_kafka
+from wayline.pipelines.source import read_kafka
 from wayline.registry.db import Database
 from wayline.registry.endpoint import EndpointService
 

@@ -9,7 +9,11 @@ and batch-mode pairs, which the sender processes gather into batches in memory
 (:mod:`wayline.delivery.open_batches`), quarantine copies and self-audit records. One
 stage, no shuffle, no Python. Its trigger follows the topics it reads
 (:func:`chosen_trigger`): Spark's real-time trigger where the cores cover the source
-partitions, otherwise back-to-back micro-batches coalesced to the cores.
+partitions, otherwise back-to-back micro-batches coalesced to the cores. Where they do not
+(``delivery.intake``, :func:`resolved`), intake processes copy the source topics onto the
+intake topic's few partitions (:mod:`wayline.delivery.runtime.intake`), and the query
+reads that instead, under the real-time trigger, each record put back as read from its
+own topic (:func:`~wayline.pipelines.intake_source.from_origin`).
 
 The plan embeds the registry snapshot (the match table as local rows, the filters as
 Columns), so a new registry version (read every ``delivery.version_poll_s``) restarts
@@ -52,12 +56,15 @@ from pyspark.sql.streaming import StreamingQuery
 
 from wayline.core.errors import ConfigError, RetryLater
 from wayline.core.settings import Settings, Trigger
+from wayline.core.topics import delivered_topic_pattern
 from wayline.delivery.metrics import DeliveryMetrics
+from wayline.delivery.runtime.intake import ensure_intake_topic, uses_intake
 from wayline.pipelines.delivery import SendStep, ensure_delivery_topics, live_snapshots
+from wayline.pipelines.intake_source import from_origin
 from wayline.pipelines.job import RestartingQuery
 from wayline.pipelines.live_snapshot import LiveSnapshot
 from wayline.pipelines.routing import work_records, work_rows
-from wayline.pipelines.source import delivered_topic_pattern, read_kafka
+from wayline.pipelines.source import read_kafka
 from wayline.registry.db import Database
 from wayline.registry.endpoint import EndpointService
 
@@ -78,16 +85,23 @@ def slots_needed(source_partitions: int, settings: Settings, *, beside: int = 0)
 
 
 def source_partitions(settings: Settings) -> int:
-    """Partitions of the topics the matching query reads now (a topic created later adds
+    """Partitions of the topics the matching query reads now: the intake topic's with
+    ``delivery.intake = "on"``, otherwise the source topics' (a topic created later adds
     its own at the query's next batch); with none yet, ``kafka.topic_partitions``, the
     first one's."""
+    if settings.delivery.intake == "on":
+        return _partitions(settings, "^" + re.escape(settings.delivery.intake_topic) + "$")
+    return _partitions(settings, delivered_topic_pattern(settings))
+
+
+def _partitions(settings: Settings, pattern: str) -> int:
     admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap()})
     try:
         topics = admin.list_topics(timeout=10).topics
     except KafkaException as exc:
         raise RetryLater(f"Kafka at {settings.kafka_bootstrap()} did not answer: {exc}") from exc
-    pattern = re.compile(delivered_topic_pattern(settings))
-    found = sum(len(meta.partitions) for name, meta in topics.items() if pattern.match(name))
+    matching = re.compile(pattern)
+    found = sum(len(meta.partitions) for name, meta in topics.items() if matching.match(name))
     return found or settings.kafka.topic_partitions
 
 
@@ -113,25 +127,41 @@ def with_trigger(settings: Settings, trigger: Trigger) -> Settings:
     return settings.model_copy(update={"delivery": settings.delivery.model_copy(update={"matching_trigger": trigger})})
 
 
+def resolved(settings: Settings, cores: int) -> Settings:
+    """``settings`` with ``delivery.intake`` and ``delivery.matching_trigger`` decided for
+    ``cores`` (:func:`~wayline.delivery.runtime.intake.uses_intake`, :func:`chosen_trigger`)
+    from the source topics present now, the intake topic made when it is used: with the
+    intake, the query reads the intake topic's few partitions, under the real-time
+    trigger by construction."""
+    intake = uses_intake(settings, source_partitions(with_intake(settings, on=False)), cores)
+    settings = with_intake(settings, on=intake)
+    if intake:
+        ensure_intake_topic(settings, cores)
+    return with_trigger(settings, chosen_trigger(settings, source_partitions(settings), cores))
+
+
+def with_intake(settings: Settings, *, on: bool) -> Settings:
+    return settings.model_copy(update={"delivery": settings.delivery.model_copy(update={"intake": "on" if on else "off"})})
+
+
 def with_enough_slots(settings: Settings, *, beside: int = 0) -> Settings:
     """``settings`` for the SparkSession of ``wayline run delivery`` with ``delivery.engine =
-    "senders"`` on a local master (``local[N]``): the matching trigger chosen
-    (:func:`chosen_trigger`, from the partitions the job will read, its own topics made
+    "senders"`` on a local master (``local[N]``): the intake and the matching trigger
+    decided (:func:`resolved`, from the partitions the job will read, its own topics made
     first), and for the real-time trigger the master raised to :func:`slots_needed`. A
-    cluster master is left alone: its cores are the operator's to size, and the trigger is
-    chosen once the job knows them (:class:`MatchingJob`)."""
+    cluster master is left alone: its cores are the operator's to size, and both are
+    decided once the job knows them (:class:`MatchingJob`)."""
     local = re.fullmatch(r"local\[(\d+|\*)\]", settings.spark.master)
     if settings.delivery.engine != "senders" or local is None:
         return settings
-    if settings.delivery.matching_trigger == "micro_batch":
+    if settings.delivery.matching_trigger == "micro_batch" and settings.delivery.intake != "auto":
         return settings
     ensure_delivery_topics(settings)
-    partitions = source_partitions(settings)
     slots = (os.cpu_count() or 1) if local[1] == "*" else int(local[1])
-    settings = with_trigger(settings, chosen_trigger(settings, partitions, cores_for("local", slots)))
+    settings = resolved(settings, cores_for("local", slots))
     if settings.delivery.matching_trigger != "realtime":
         return settings
-    slots = max(slots, slots_needed(partitions, settings, beside=beside))
+    slots = max(slots, slots_needed(source_partitions(settings), settings, beside=beside))
     return settings.model_copy(update={"spark": settings.spark.model_copy(update={"master": f"local[{slots}]"})})
 
 
@@ -156,8 +186,12 @@ def start_matching_query(spark: SparkSession, settings: Settings, live: LiveSnap
     """Start the matching query on ``live`` (its version goes into every request's headers)."""
     delivery = settings.delivery
     realtime = delivery.matching_trigger == "realtime"
-    source = read_kafka(spark, settings, delivered_topic_pattern(settings),
-                        max_offsets_per_trigger=delivery.max_offsets_per_trigger, real_time=realtime)
+    intake = delivery.intake == "on"
+    pattern = "^" + re.escape(delivery.intake_topic) + "$" if intake else delivered_topic_pattern(settings)
+    source = read_kafka(spark, settings, pattern, max_offsets_per_trigger=delivery.max_offsets_per_trigger,
+                        real_time=realtime)
+    if intake:
+        source = from_origin(source)
     if not realtime:
         # One task per core, not one per Kafka partition (dozens with a topic per event
         # type): a narrow coalesce, no shuffle. The real-time trigger refuses it: there each
@@ -189,10 +223,10 @@ class MatchingJob:
                  metrics: DeliveryMetrics, checkpoint: Path) -> None:
         self._spark = spark
         ensure_delivery_topics(settings)
-        if settings.delivery.matching_trigger == "auto":
-            cores = cores_for(spark.sparkContext.master, spark.sparkContext.defaultParallelism)
-            settings = with_trigger(settings, chosen_trigger(settings, source_partitions(settings), cores))
-        self._settings = settings
+        if "auto" in (settings.delivery.matching_trigger, settings.delivery.intake):
+            settings = resolved(settings, cores_for(spark.sparkContext.master, spark.sparkContext.defaultParallelism))
+        self.settings = settings
+        """What the job runs with: the intake and the trigger decided."""
         self._database = database
         self._holder = live_snapshots(spark, settings, database, endpoints)
         self._root = checkpoint
@@ -213,8 +247,10 @@ class MatchingJob:
         """Start the queries. The first snapshot is loaded first, so a registry that
         cannot be read is an error here rather than in a query thread."""
         self._holder.current()
-        check_slots(self._spark, self._settings)
-        _log.info("matching query trigger: %s", self._settings.delivery.matching_trigger)
+        check_slots(self._spark, self.settings)
+        delivery = self.settings.delivery
+        _log.info("matching query trigger: %s, reading %s", delivery.matching_trigger,
+                  f"the intake topic {delivery.intake_topic}" if delivery.intake == "on" else "the source topics")
         self.matching.begin()
         # Leftovers of an earlier run (in its state or on the topic) are sent even if no
         # subscription is in batch mode any more.
@@ -230,7 +266,9 @@ class MatchingJob:
 
     def _start_matching(self) -> StreamingQuery:
         live = self._holder.current()
-        query = start_matching_query(self._spark, self._settings, live, self._root / "senders-matching")
+        # Apart from the source topics' checkpoint: its offsets are of other topics.
+        folder = "senders-intake" if self.settings.delivery.intake == "on" else "senders-matching"
+        query = start_matching_query(self._spark, self.settings, live, self._root / folder)
         self._running_version = live.version
         return query
 
@@ -241,7 +279,7 @@ class MatchingJob:
             self._poll_failure = exc
 
     def _follow_versions(self) -> None:
-        while not self._stopped.wait(self._settings.delivery.version_poll_s):
+        while not self._stopped.wait(self.settings.delivery.version_poll_s):
             # The holder reads the version (a registry it cannot read keeps the snapshot it has).
             version = self._holder.current().version
             # Asked once per version: a restart takes longer than a poll.
@@ -288,5 +326,5 @@ class MatchingJob:
 
 __all__ = [
     "OBSERVED", "QUERY_NAME", "MatchingJob", "check_slots", "chosen_trigger", "cores_for", "slots_needed",
-    "source_partitions", "start_matching_query", "with_enough_slots", "with_trigger",
+    "resolved", "source_partitions", "start_matching_query", "with_enough_slots", "with_intake", "with_trigger",
 ]

@@ -41,10 +41,11 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from wayline.core.settings import Settings
+from wayline.core.topics import delivered_topic_pattern
 from wayline.pipelines.envelope import parse_events, quarantine_copy, rfc3339_time
 from wayline.pipelines.recon_packing import PACKED_SCHEMA, packed
 from wayline.pipelines.recon_processor import OUTPUT_SCHEMA, ReconProcessor
-from wayline.pipelines.source import delivered_topic_pattern, read_kafka
+from wayline.pipelines.source import read_kafka
 from wayline.recon import reconciliation as service
 from wayline.recon.periods import Periods
 from wayline.recon.reconciliation import SideIn, Unreadable

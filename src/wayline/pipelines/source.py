@@ -3,22 +3,10 @@ Kafka write they share."""
 
 from __future__ import annotations
 
-import re
-
 from pyspark.sql import DataFrame, SparkSession
 
 from wayline.core.settings import Settings
-
-
-def event_topic_pattern(settings: Settings) -> str:
-    return "^" + re.escape(settings.kafka.event_topic_prefix) + ".*"
-
-
-def delivered_topic_pattern(settings: Settings) -> str:
-    """What the delivery job reads: the event topics and the rules' alert topics, whose
-    events customers subscribe to like any others (the rules job reads only the former)."""
-    prefixes = (settings.kafka.event_topic_prefix, settings.kafka.alert_topic_prefix)
-    return "^(?:" + "|".join(map(re.escape, prefixes)) + ").*"
+from wayline.core.topics import event_topic_pattern
 
 
 def read_kafka(spark: SparkSession, settings: Settings, pattern: str | None = None,
@@ -48,4 +36,4 @@ def write_to_kafka(frame: DataFrame, settings: Settings) -> None:
     frame.write.format("kafka").option("kafka.bootstrap.servers", settings.kafka_bootstrap()).save()
 
 
-__all__ = ["delivered_topic_pattern", "event_topic_pattern", "read_kafka", "write_to_kafka"]
+__all__ = ["read_kafka", "write_to_kafka"]

@@ -33,21 +33,17 @@ for the process's life. Nothing here loads Spark.
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import logging
 import os
-import signal
-import subprocess
-import sys
 import threading
-from collections.abc import Collection, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Collection, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
 import pyarrow as pa
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 
 from wayline.core.envelope import (
     DETAIL_HEADER,
@@ -65,6 +61,7 @@ from wayline.delivery.holder import Polled, SnapshotHolder
 from wayline.delivery.metrics import DeliveryMetrics
 from wayline.delivery.open_batches import HeldPair, OpenBatches, Partition, ReadyBatch
 from wayline.delivery.outcomes import Outcome
+from wayline.delivery.runtime.processes import running_processes, seek_to_committed, wayline_command
 from wayline.delivery.runtime.registry_changes import disable_gone
 from wayline.delivery.runtime.send_step import WORK_ARROW_SCHEMA, send_work
 from wayline.delivery.runtime.worker import WorkerPool
@@ -85,8 +82,6 @@ the last stage ran)."""
 SESSION_TIMEOUT_MS = 10_000
 """A process that died (kill -9) keeps its partitions this long before the group moves them."""
 FAILED_STAGE_PAUSE_S = 1.0
-STOP_GRACE_S = 30.0
-"""How long :func:`running_senders` lets a process finish its stage before killing it."""
 BAD_RECORD = "bad_work_record"
 """The quarantine reason of a work record that breaks the contract of :mod:`wayline.delivery.work`."""
 _DEFAULT_LIMITS = BatchLimits()
@@ -361,12 +356,7 @@ class Sender:
         and the open batches' pairs (dropped here) are read again."""
         self._open.drop({(p.topic, p.partition) for p in self._consumer.assignment()})
         self._consumed.clear()
-        try:
-            committed = self._consumer.committed(self._consumer.assignment(), timeout=10)
-            for tp in committed:
-                self._consumer.seek(tp if tp.offset >= 0 else TopicPartition(tp.topic, tp.partition, OFFSET_BEGINNING))
-        except KafkaException as exc:  # revoked meanwhile: its next owner starts from the last commit
-            _log.warning("could not rewind the work topic: %s", exc)
+        seek_to_committed(self._consumer, "the work topic")
         self._committed.clear()
 
     def _revoked(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
@@ -424,36 +414,16 @@ def run_sender(settings: Settings, database: Database, metrics: DeliveryMetrics,
         sender.close()
 
 
-SENDER_COMMAND = (sys.executable, "-m", "wayline.cli.main", "run", "senders")
+SENDER_COMMAND = wayline_command("run", "senders")
 
 
-@contextmanager
-def running_senders(settings: Settings) -> Iterator[list[int]]:
-    """``delivery.sender_processes`` sender processes (``wayline run senders``), with this
-    process's environment; yields their pids. Their output goes where this process's
-    standard error goes (a job's log while a live view has the terminal). On the way out
-    each gets SIGTERM (it finishes its stage, commits and exits), then SIGKILL after
-    :data:`STOP_GRACE_S`."""
-    processes: list[subprocess.Popen[bytes]] = []
-    try:
-        for _ in range(settings.delivery.sender_processes):
-            # Told our pid, a sender stops once it is orphaned: a job killed with -9 leaves none behind.
-            processes.append(subprocess.Popen([*SENDER_COMMAND, "--parent", str(os.getpid())], stdout=sys.stderr.fileno()))
-        yield [process.pid for process in processes]
-    finally:
-        for process in processes:
-            with contextlib.suppress(ProcessLookupError):
-                process.send_signal(signal.SIGTERM)
-        for process in processes:
-            try:
-                process.wait(timeout=STOP_GRACE_S)
-            except subprocess.TimeoutExpired:
-                _log.warning("sender process %d did not stop within %g s: killed", process.pid, STOP_GRACE_S)
-                process.kill()
-                process.wait()
+def running_senders(settings: Settings) -> AbstractContextManager[list[int]]:
+    """``delivery.sender_processes`` sender processes (``wayline run senders``), stopped on
+    the way out (:func:`~wayline.delivery.runtime.processes.running_processes`); yields their pids."""
+    return running_processes(SENDER_COMMAND, settings.delivery.sender_processes, "sender")
 
 
 __all__ = [
     "BAD_RECORD", "FAILED_STAGE_PAUSE_S", "FIRST_WAIT_S", "MAX_BATCH", "SENDER_COMMAND", "SESSION_TIMEOUT_MS",
-    "STOP_GRACE_S", "Decoded", "Sender", "SenderSnapshot", "batch_rows", "decode", "ensure_work_topics", "freeze_startup_heap", "load_sender_snapshot", "run_sender", "running_senders",
+    "Decoded", "Sender", "SenderSnapshot", "batch_rows", "decode", "ensure_work_topics", "freeze_startup_heap", "load_sender_snapshot", "run_sender", "running_senders",
 ]
