@@ -521,15 +521,16 @@ def start_senders(bench: Bench, prefix: str, tag: str, mode: Mode) -> Running:
 def start_wayline(bench: Bench, prefix: str, tag: str, mode: Mode) -> Running:
     """``wayline run delivery`` and ``wayline run retries`` as a user starts them: every
     delivery setting at its default (whatever the default engine and trigger are when this
-    runs), with only this measurement's event topics, and a work topic and sender group of
-    its own so that no measurement reads another's work."""
+    runs), with only this measurement's event topics, and a work topic, intake topic and
+    consumer groups of its own so that no measurement reads another's work."""
     settings = bench.settings
     endpoints = EndpointService.from_settings(settings)
     bench.trust(seed(bench.database, endpoints, bench.receiver_url, shape(mode, tag)).secrets)
     shutil.rmtree(settings.checkpoint_root / "delivery", ignore_errors=True)  # the last measurement's topics
     commands = Commands(settings, ["delivery", RETRIES], settings.state_dir / f"wayline-{tag}.log", **{
         "WAYLINE_KAFKA__EVENT_TOPIC_PREFIX": prefix, "WAYLINE_DELIVERY__WORK_TOPIC": work_topic(tag),
-        "WAYLINE_DELIVERY__SENDER_GROUP": tag})
+        "WAYLINE_DELIVERY__SENDER_GROUP": tag, "WAYLINE_DELIVERY__INTAKE_TOPIC": f"wayline.bench.{tag}.intake",
+        "WAYLINE_DELIVERY__INTAKE_GROUP": f"{tag}-intake"})
     return Running(ReceiverArrivals(bench.receiver_url, f"/{tag}/"), commands.alive, commands.stop,
                    [p.pid for p in commands.processes])
 
