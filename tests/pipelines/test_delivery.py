@@ -261,7 +261,8 @@ def scenario(api_settings: Settings, database, spark, tmp_path_factory: pytest.T
     from wayline.pipelines.delivery import start_delivery
 
     settings = api_settings.model_copy(update={
-        "kafka": api_settings.kafka.model_copy(update={"event_topic_prefix": PREFIX}),
+        # Its own alert topics too: act 1 counts every record the job reads.
+        "kafka": api_settings.kafka.model_copy(update={"event_topic_prefix": PREFIX, "alert_topic_prefix": "alerts.dlv."}),
         # One sending task: the hanging endpoint shares it (and its event loop) with the fast
         # ones, so keeping them apart is the dispatcher's job. The replay uses two tasks.
         "delivery": DeliverySettings(stage_deadline_s=DEADLINE_S, version_poll_s=0.5, trigger_interval_s=0.5,
