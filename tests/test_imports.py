@@ -106,6 +106,13 @@ def test_the_command_line_starts_without_spark() -> None:
     assert "pyspark" not in loaded_by("wayline.cli.main")
 
 
+def test_the_delivery_runtime_processes_load_no_spark() -> None:
+    # The sender, intake and retry processes run beside Spark, not in it: a JVM each would cost a core.
+    for module in ("wayline.delivery.runtime.senders", "wayline.delivery.runtime.intake",
+                   "wayline.delivery.runtime.retries"):
+        assert "pyspark" not in loaded_by(module), module
+
+
 def test_the_console_loads_no_spark_no_kafka_client_and_no_rich_or_prometheus_client() -> None:
     loaded = loaded_by("wayline.console.app")
     assert "fastapi" in loaded

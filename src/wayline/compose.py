@@ -25,9 +25,9 @@ from wayline.registry.endpoint import EndpointService
 if TYPE_CHECKING:
     from fastapi import FastAPI
     from pyspark.sql import SparkSession
-    from pyspark.sql.streaming import StreamingQuery
 
     from wayline.delivery.metrics import DeliveryMetrics
+    from wayline.delivery.runtime.retries import RunningRetries
     from wayline.pipelines.delivery import DeliveryJob
     from wayline.pipelines.matching_job import MatchingJob
     from wayline.pipelines.recon_job import ReconJob
@@ -97,10 +97,11 @@ def matching_job(wiring: Wired, metrics: DeliveryMetrics) -> MatchingJob:
                        wiring.settings.checkpoint_root / "delivery").start()
 
 
-def retry_query(wiring: Wired, metrics: DeliveryMetrics) -> StreamingQuery:
-    from wayline.pipelines.retries import start_retries
+def retry_drain(settings: Settings, registry: Database, metrics: DeliveryMetrics) -> RunningRetries:
+    """The retry drain on a thread of this process (no Spark: `wayline run retries` starts none)."""
+    from wayline.delivery.runtime.retries import start_retries
 
-    return start_retries(wiring.spark, wiring.settings, wiring.database, wiring.endpoints(), metrics)
+    return start_retries(settings, registry, EndpointService.from_settings(settings), metrics)
 
 
 def rules_job(wiring: Wired, control: ControlTopic) -> RulesJob:
@@ -135,6 +136,6 @@ def admin_app(settings: Settings) -> FastAPI:
 
 
 __all__ = [
-    "Wired", "admin_app", "database", "delivery_job", "job_progress", "matching_job", "metrics_served", "recon_job", "retry_query", "rules_job",
+    "Wired", "admin_app", "database", "delivery_job", "job_progress", "matching_job", "metrics_served", "recon_job", "retry_drain", "rules_job",
     "wired",
 ]

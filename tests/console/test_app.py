@@ -1,5 +1,5 @@
 """The console end to end in headless Chromium: the real admin app with the console, the
-real broker and PostgreSQL, the delivery job and the retry query on the session's Spark,
+real broker and PostgreSQL, the delivery job on the session's Spark and the retry drain beside it,
 and a real receiver on 127.0.0.1 that can be made to fail.
 
 The module's scenario is set up once (the Spark queries are the expensive part); the
@@ -89,8 +89,8 @@ class Scenario:
 def scenario(api_settings: Settings, database, spark, admin_key: str, tmp_path_factory) -> Iterator[Scenario]:
     from wayline.api.app import create_app
     from wayline.console.app import install
+    from wayline.delivery.runtime.retries import start_retries
     from wayline.pipelines.delivery import start_delivery
-    from wayline.pipelines.retries import start_retries
 
     metrics, progress = DeliveryMetrics(), QueryProgress()
     metrics_server = serve_metrics(Collectors(metrics, progress), "127.0.0.1", 0, "WAYLINE_DELIVERY__METRICS_PORT")
@@ -141,7 +141,7 @@ def scenario(api_settings: Settings, database, spark, admin_key: str, tmp_path_f
             "rules": settings.rules.model_copy(update={"metrics_port": rules_server.server.server_port})})
         job = start_delivery(spark, settings, database, endpoints, metrics, checkpoint=root / "delivery")
         progress.watch(lambda: job.queries)
-        retries = start_retries(spark, settings, database, endpoints, checkpoint=root / "retries")
+        retries = start_retries(settings, database, endpoints)
         producer = Producer({"bootstrap.servers": settings.kafka_bootstrap()})
         try:
             with served(install(create_app(settings, database))) as base:

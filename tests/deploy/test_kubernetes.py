@@ -25,7 +25,9 @@ from wayline.stack.shipping import check_checkpoints
 
 DEPLOY = REPO / "deploy" / "kubernetes"
 SPARK_APPLICATION = json.loads((Path(__file__).parent / "sparkapplication.schema.json").read_text())
-JOBS = {"wayline-delivery": "delivery", "wayline-retries": "retries", "wayline-rules": "rules"}
+JOBS = {"wayline-delivery": "delivery", "wayline-rules": "rules"}
+PROCESSES = {"wayline-retries": "retries"}
+"""Commands that run no Spark: a Deployment each, the settings in the same ConfigMap and Secret."""
 
 
 def documents() -> list[dict[str, Any]]:
@@ -84,8 +86,26 @@ def test_each_job_runs_its_own_command_with_the_service_account_that_may_start_e
         assert "envFrom" not in spec["executor"] and "env" not in spec["executor"]
 
 
+def test_each_plain_process_runs_its_command_from_the_same_image() -> None:
+    deployments = by_kind("Deployment")
+    assert set(deployments) == set(PROCESSES)
+    images = {app["spec"]["image"] for app in by_kind("SparkApplication").values()}
+    for name, command in PROCESSES.items():
+        [container] = deployments[name]["spec"]["template"]["spec"]["containers"]
+        assert container["command"] == ["/opt/venv/bin/wayline", "run", command]
+        assert container["image"] in images
+
+
+def process_spec(name: str) -> dict[str, Any]:
+    """The driver of a Spark job, or the container of a plain process."""
+    if name in JOBS:
+        return by_kind("SparkApplication")[name]["spec"]["driver"]
+    [container] = by_kind("Deployment")[name]["spec"]["template"]["spec"]["containers"]
+    return container
+
+
 def driver_environment(name: str) -> dict[str, str]:
-    spec = by_kind("SparkApplication")[name]["spec"]["driver"]
+    spec = process_spec(name)
     config_maps, secrets = by_kind("ConfigMap"), by_kind("Secret")
     environment: dict[str, str] = {}
     for source in spec["envFrom"]:
@@ -93,10 +113,10 @@ def driver_environment(name: str) -> dict[str, str]:
             environment |= config_maps[source["configMapRef"]["name"]]["data"]
         else:
             environment |= secrets[source["secretRef"]["name"]]["stringData"]
-    return environment | {item["name"]: item["value"] for item in spec["env"]}
+    return environment | {item["name"]: item["value"] for item in spec.get("env", [])}
 
 
-@pytest.mark.parametrize("name", sorted(JOBS))
+@pytest.mark.parametrize("name", sorted(JOBS | PROCESSES))
 def test_the_drivers_settings_load_and_name_everything_a_cluster_run_needs(
     name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

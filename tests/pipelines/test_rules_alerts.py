@@ -41,8 +41,8 @@ TENANT = "alr-t"
 @pytest.fixture(scope="module")
 def delivered(api_settings: Settings, database, spark, admin_api: str, admin_key: str,
               tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    from wayline.delivery.runtime.retries import start_retries
     from wayline.pipelines.delivery import start_delivery
-    from wayline.pipelines.retries import start_retries
     from wayline.pipelines.rules_job import RulesJob
 
     suffix = str(time.time_ns())[-8:]
@@ -99,7 +99,7 @@ def delivered(api_settings: Settings, database, spark, admin_api: str, admin_key
         metrics = DeliveryMetrics()
         rules = RulesJob(spark, settings, database, root / "rules").start()
         delivery = start_delivery(spark, settings, database, endpoints, metrics, checkpoint=root / "delivery")
-        retries = start_retries(spark, settings, database, endpoints, metrics, checkpoint=root / "retries")
+        retries = start_retries(settings, database, endpoints, metrics)
         try:
             def arrived() -> bool:
                 rules.raise_if_failed()

@@ -158,7 +158,7 @@ def _watch_delivery(settings: Settings, receiver: Receiver | None = None,
                     self_audit: bool = False, on_running: Callable[[], None] = lambda: None) -> None:
     """Run the delivery job with a live view until Ctrl-C (or ``stop_when``); with a local
     ``receiver``, the view shows what each of its endpoints got. With ``retries``, the retry
-    query runs beside it in the same Spark session (counted in the same metrics); with
+    drain runs beside it on a thread of this process (counted in the same metrics); with
     ``self_audit``, the recon job too (every enabled reconciliation, the delivery self-audit
     among them: `wayline status` shows its completeness). With ``delivery.engine =
     "senders"`` the job is the matching query, ``delivery.sender_processes`` sender
@@ -172,7 +172,7 @@ def _watch_delivery(settings: Settings, receiver: Receiver | None = None,
     if senders:
         from wayline.pipelines.matching_job import with_enough_slots
 
-        settings = with_enough_slots(settings, beside=int(retries) + int(self_audit))
+        settings = with_enough_slots(settings, beside=int(self_audit))
     metrics = DeliveryMetrics()
     progress = QueryProgress()
     with (compose.metrics_served(Collectors(metrics, progress), settings.delivery.metrics_host,
@@ -206,23 +206,23 @@ def _watch_delivery(settings: Settings, receiver: Receiver | None = None,
                 return senders_view(progress, input_rate, stats, receiver.recent() if receiver else None)
             return delivery_view(metrics.overview(), input_rate, stats)
 
-        retry_query = compose.retry_query(wiring, metrics) if retries else None
+        retry_drain = compose.retry_drain(settings, wiring.database, metrics) if retries else None
         recon = compose.recon_job(wiring) if self_audit else None
         on_running()
         try:
             watch(job, view, "delivery job",
-                  lambda: stop_when() or (retry_query is not None and not retry_query.isActive)
+                  lambda: stop_when() or (retry_drain is not None and not retry_drain.isActive)
                   or (recon is not None and not recon.isActive))
             from wayline.pipelines.micro_batch import interrupted
 
-            for name, side in (("retry query", retry_query), ("recon job", recon)):
+            for name, side in (("retry drain", retry_drain), ("recon job", recon)):
                 failure = side.exception() if side is not None else None
                 # Ctrl-C cancels every Spark job, the other queries' micro-batches too: a stop.
                 if failure is not None and not interrupted(failure):
                     raise WaylineError(f"the {name} failed: {failure}")
         finally:
-            if retry_query is not None:
-                retry_query.stop()
+            if retry_drain is not None:
+                retry_drain.stop()
             if recon is not None:
                 recon.stop()
 
@@ -257,13 +257,11 @@ def run_retries() -> None:
 
     settings = Settings()
     metrics = DeliveryMetrics()
-    progress = QueryProgress()
-    with (compose.metrics_served(Collectors(metrics, progress), settings.delivery.metrics_host,
+    with (compose.metrics_served(metrics, settings.delivery.metrics_host,
                                  settings.delivery.retry_metrics_port, "WAYLINE_DELIVERY__RETRY_METRICS_PORT") as server,
           job_log(job_log_file(settings, "retries")),
-          compose.wired(settings, console.status("starting Spark…")) as wiring):
-        query = compose.retry_query(wiring, metrics)
-        progress.watch(lambda: [query])
+          compose.database(settings) as database):
+        drain = compose.retry_drain(settings, database, metrics)
         console.print(f"draining retries every {settings.delivery.retry_poll_s:g} s; metrics at {server.where}; "
                       "Ctrl-C stops")
 
@@ -273,7 +271,7 @@ def run_retries() -> None:
                     f"{seen.deliveries[Outcome.RETRIED]:,} to retry again · "
                     f"{seen.deliveries[Outcome.DEAD_LETTERED]:,} dead-lettered")
 
-        watch(query, view, "retry query")
+        watch(drain, view, "retry drain")
 
 
 _PARENT_HELP = ("stop, as on SIGTERM, once the process with this pid is no longer this one's parent "

@@ -291,9 +291,9 @@ class DeliverySettings(_Section):
         description="`wayline run retries`' Prometheus /metrics, beside a delivery job on the same host; "
                     "0: any free port",
     )
-    retry_poll_s: float = Field(default=1.0, gt=0, description="the retry query looks for due retries this often")
+    retry_poll_s: float = Field(default=1.0, gt=0, description="the retry drain looks for due retries this often")
     retry_claim_limit: int = Field(
-        default=1000, ge=1, description="retries one sending task claims per micro-batch of the retry query"
+        default=1000, ge=1, description="retries the retry drain claims and attempts at once (one stage)"
     )
     retry_lease_s: float = Field(
         default=60.0, gt=0,

@@ -33,7 +33,7 @@ there any more.
 
 Slots: a real-time query holds one task slot per source partition for its whole
 checkpoint interval, so the Spark master needs at least that many plus what, in the same
-application, the retry query and the recon job run: see :func:`slots_needed`.
+application, the recon job runs: see :func:`slots_needed`.
 
 Filtered events write nothing; they are counted by the query's observed metrics
 (:data:`OBSERVED`: ``events``, ``filtered``, ``quarantined``), reported in its progress
@@ -79,7 +79,7 @@ def slots_needed(source_partitions: int, settings: Settings, *, beside: int = 0)
     """Task slots the senders engine's queries need at once: the real-time matching
     query's one per source partition and a spare for the small jobs it runs beside them
     (one in all with micro-batches, which take turns), and one stage's tasks each for the
-    ``beside`` other queries sharing the Spark application (the retry query, the recon job)."""
+    ``beside`` other queries sharing the Spark application (the recon job)."""
     matching = source_partitions + 1 if settings.delivery.matching_trigger == "realtime" else 1
     return matching + settings.spark.shuffle_partitions * beside
 

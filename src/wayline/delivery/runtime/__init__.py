@@ -4,9 +4,13 @@
 - ``send_step``         a batch of work rows → one delivery stage and its Kafka records → counts
 - ``senders``           the sender processes of ``delivery.engine = "senders"``: a consumer
                         group on the work topic, open batches in memory, commits after outcomes
+- ``intake``            the intake processes: many source topics copied onto one intake topic
+- ``processes``         starting and stopping those processes beside ``wayline run delivery``
+- ``retries``           ``wayline run retries``: the retry store drained, the dead buried,
+                        endpoints failing too long disabled, old history expired
 - ``registry_changes``  the registry changes delivery makes on its own (410 Gone)
 
-A Spark sending task (``wayline.pipelines.sending``) and a sender process run the same
-send step; nothing here imports Spark. Unlike the delivery core, these modules load
-Kafka, PostgreSQL and HTTP clients.
+A Spark sending task (``wayline.pipelines.sending``), a sender process and the retry
+drain run the same send pieces; nothing here imports Spark. Unlike the delivery core,
+these modules load Kafka, PostgreSQL and HTTP clients.
 """

@@ -1,5 +1,5 @@
 """The registry changes delivery makes on its own, shared by the delivery job, the retry
-query and the sender processes (none of which needs Spark for them)."""
+drain and the sender processes (none of which needs Spark for them)."""
 
 from __future__ import annotations
 

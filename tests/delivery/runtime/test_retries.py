@@ -1,14 +1,13 @@
-"""The retry query end to end, beside the delivery job: events produced to the real broker,
+"""The retry drain end to end, beside the delivery job: events produced to the real broker,
 endpoints in the real registry, real HTTP receivers on 127.0.0.1, a compressed schedule.
 
-One scenario for the module (Spark is the expensive part):
+One scenario for the module (Spark, for the delivery job, is the expensive part):
 
-1. the delivery job and the retry query start; events for three endpoints follow — one
+1. the delivery job and the retry drain start; events for three endpoints follow — one
    that fails twice per message then recovers, one that always fails, and a customer's
    operations endpoint subscribed to Wayline's own ``wayline.*`` events;
-2. once retries are under way the retry query is stopped mid-run and, to be sure an
-   attempt is cut short, a drainer "dies" holding a claim; the query restarts on the same
-   checkpoint;
+2. once retries are under way the retry drain is stopped mid-run and, to be sure an
+   attempt is cut short, a drainer "dies" holding a claim; a new drain starts;
 3. the always-failing endpoint's messages are dead-lettered and it is disabled for
    failing too long; both are announced on the operations topic, which the delivery
    job delivers to the operations endpoint like any other event.
@@ -83,8 +82,8 @@ wait_for = partial(waiting.wait_for, timeout_s=180)
 
 @pytest.fixture(scope="module")
 def scenario(api_settings: Settings, database, spark, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scenario]:
+    from wayline.delivery.runtime.retries import start_retries
     from wayline.pipelines.delivery import start_delivery
-    from wayline.pipelines.retries import start_retries
 
     settings = api_settings.model_copy(update={
         "kafka": api_settings.kafka.model_copy(update={"event_topic_prefix": PREFIX}),
@@ -92,7 +91,7 @@ def scenario(api_settings: Settings, database, spark, tmp_path_factory: pytest.T
             stage_deadline_s=2.0, version_poll_s=0.5, trigger_interval_s=0.5, send_partitions=2,
             retry_schedule_s=SCHEDULE_S, retry_jitter=0.0, retry_poll_s=0.5, retry_lease_s=LEASE_S,
             # Long enough that the down endpoint's messages are all dead before it is disabled,
-            # even on a loaded machine where the retry query's restart below takes seconds: a
+            # even on a loaded machine where the retry drain's restart below takes seconds: a
             # message still pending when its endpoint is disabled is dead-lettered "rejected".
             disable_after_s=40.0, operations_topic=f"{PREFIX}operations",
         ),
@@ -159,7 +158,7 @@ def scenario(api_settings: Settings, database, spark, tmp_path_factory: pytest.T
                 return s.get(Endpoint, record.endpoint_ids[name]).enabled
 
         job = start_delivery(spark, settings, database, endpoints, DeliveryMetrics(), checkpoint=root / "delivery")
-        retries = start_retries(spark, settings, database, endpoints, checkpoint=root / "retries")
+        retries = start_retries(settings, database, endpoints)
         try:
             # Act 2: retries under way (each flaky message answered at least once more), then a stop.
             wait_for(lambda: sum(1 for i in record.ids("flaky") if len(record.wall.get(i, [])) >= 2) >= 1
@@ -169,7 +168,7 @@ def scenario(api_settings: Settings, database, spark, tmp_path_factory: pytest.T
             record.stopped_with_pending = pending("flaky") + pending("down")
             # A drainer that died holding claims: its entries come back when the lease runs out.
             RetryQueue(database.engine).claim(0, 1, 1000, timedelta(seconds=LEASE_S), datetime.now(UTC))
-            retries = start_retries(spark, settings, database, endpoints, checkpoint=root / "retries")
+            retries = start_retries(settings, database, endpoints)
 
             wait_for(lambda: logged("flaky") == record.ids("flaky") or not retries.isActive, "the flaky endpoint")
             wait_for(lambda: not enabled("down") or not retries.isActive, "the down endpoint to be disabled")
