@@ -235,7 +235,7 @@ class Bucket:
         for code in np.flatnonzero(held & (n_exp + n_act == 1) & (one_exp | one_act)):
             id_ = uniques[code]
             side = 0 if one_act[code] else 1  # the held side: the batch brings the other one
-            entry = self._held_partner(side, id_, int((t_act if side == 0 else t_exp)[code]))
+            entry = self._held_partner(side, id_, (t_act if side == 0 else t_exp)[code])
             if entry is not None:
                 moved[side].append((id_, entry))
                 pair[code] = True
@@ -267,7 +267,7 @@ class Bucket:
         rest = ~settled
         return sides[rest].tolist(), ids[rest].tolist(), sources[rest].tolist(), times[rest].tolist()
 
-    def _held_partner(self, side: int, id_: str, time_: int) -> list | None:
+    def _held_partner(self, side: int, id_: str, time_: np.int64) -> list | None:
         """``id_``'s held entry on ``side`` (0 expected, 1 actual) if a record of the other side
         at ``time_`` settles with it: unmatched, nothing of the id held on the other side, and
         at most ``m`` apart; else None."""
