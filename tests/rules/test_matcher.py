@@ -224,7 +224,7 @@ def test_first_and_last_with_offsets_in_measures() -> None:
         "LAST(v, 1) AS before_last_row", "A.v * 10 + B.v AS mixed",
     ])
     sql = rule("A+ B", "A AS kind = 'a', B AS kind = 'b'", measures=measures)
-    rows = timed({"kind": kind, "v": v} for kind, v in zip("aaaab", range(1, 6)))
+    rows = timed({"kind": kind, "v": v} for kind, v in zip("aaaab", range(1, 6), strict=True))
     assert dict(run(sql, rows)[0].measures) == {
         "f0": 1, "f1": 2, "f9": None, "l0": 4, "l2": 2, "lb1": None, "b": 5, "last_row": 5,
         "first_row": 1, "before_last_row": 4, "mixed": 45,
@@ -357,7 +357,7 @@ def test_rows_may_carry_time_zone_naive_timestamps() -> None:
 def test_a_count_lapse_numbers_a_match_long_after_the_previous_one_afresh() -> None:
     numbered = parse_match_recognize(rule("A B", by_kind("A B"), measures="MATCH_NUMBER() AS n"))
     # Matches at 0-1 s, 3-4 s, then 10-11 s: 6 s after the previous match ended.
-    rows = [{**row, "t": at(seconds)} for row, seconds in zip(kinds("ababab"), (0, 1, 3, 4, 10, 11))]
+    rows = [{**row, "t": at(seconds)} for row, seconds in zip(kinds("ababab"), (0, 1, 3, 4, 10, 11), strict=True)]
     forever = PartitionMatcher(numbered)
     assert [m.measures["n"] for m in forever.feed(rows) + forever.finish()] == [1, 2, 3]
     lapsing = PartitionMatcher(numbered, count_lapse=timedelta(seconds=6))

@@ -267,50 +267,73 @@ class Case:
         )
 
     def rows(self) -> list[dict[str, Any]]:
-        return [{"k": "p", "t": at(time), "v": value} for time, value in zip(self.times, self.values)]
+        return [{"k": "p", "t": at(time), "v": value} for time, value in zip(self.times, self.values, strict=True)]
 
 
 def preferred_match(case: Case, start: int) -> list[str] | None:
     """The labels of the first match from ``start`` in the standard's preference order."""
-    values, times = case.values, case.times
+    return _Preference(case, start).match(case.pattern, start, [], lambda position, labels: labels)
 
-    def fits(position: int) -> bool:
-        if position >= len(values):
+
+Then = Callable[[int, list[str]], Any]
+
+
+class _Preference:
+    """A backtracking search from ``start``: each node tries its choices in the standard's
+    preference order and hands each to ``then``, the rest of the pattern; the first result
+    that is not None wins."""
+
+    def __init__(self, case: Case, start: int) -> None:
+        self.case = case
+        self.start = start
+
+    def fits(self, position: int) -> bool:
+        if position >= len(self.case.values):
             return False
-        return case.within is None or times[position] - times[start] < case.within
+        times = self.case.times
+        return self.case.within is None or times[position] - times[self.start] < self.case.within
 
-    def match(node: Node, position: int, labels: list[str], then: Callable[[int, list[str]], Any]) -> Any:
+    def match(self, node: Node, position: int, labels: list[str], then: Then) -> Any:
         kind = node[0]
         if kind == "var":
-            name = node[1]
-            if not fits(position):
-                return None
-            labelled = labels + [name]
-            condition = case.defines.get(name)
-            if condition is not None and condition.holds(Frame(values, start, labelled)) is not True:
-                return None
-            return then(position + 1, labelled)
+            return self.variable(node[1], position, labels, then)
         if kind == "seq":
-            items = node[1]
-
-            def step(index: int, at_: int, so_far: list[str]) -> Any:
-                if index == len(items):
-                    return then(at_, so_far)
-                return match(items[index], at_, so_far, lambda p, l: step(index + 1, p, l))
-            return step(0, position, labels)
+            return self.sequence(node[1], position, labels, then)
         if kind == "alt":
-            for option in node[1]:
-                found = match(option, position, labels, then)
-                if found is not None:
-                    return found
+            return self.alternation(node[1], position, labels, then)
+        return self.quantified(node, position, labels, then)
+
+    def variable(self, name: str, position: int, labels: list[str], then: Then) -> Any:
+        if not self.fits(position):
             return None
+        labelled = labels + [name]
+        condition = self.case.defines.get(name)
+        if condition is not None and condition.holds(Frame(self.case.values, self.start, labelled)) is not True:
+            return None
+        return then(position + 1, labelled)
+
+    def sequence(self, items: list[Node], position: int, labels: list[str], then: Then) -> Any:
+        def step(index: int, at_: int, so_far: list[str]) -> Any:
+            if index == len(items):
+                return then(at_, so_far)
+            return self.match(items[index], at_, so_far, lambda p, l: step(index + 1, p, l))
+        return step(0, position, labels)
+
+    def alternation(self, options: list[Node], position: int, labels: list[str], then: Then) -> Any:
+        for option in options:
+            found = self.match(option, position, labels, then)
+            if found is not None:
+                return found
+        return None
+
+    def quantified(self, node: Node, position: int, labels: list[str], then: Then) -> Any:
         _, body, low, high, greedy = node
 
         def iterate(count: int, at_: int, so_far: list[str]) -> Any:
             def more() -> Any:
                 if high is not None and count >= high:
                     return None
-                return match(body, at_, so_far, lambda p, l: iterate(count + 1, p, l))
+                return self.match(body, at_, so_far, lambda p, l: iterate(count + 1, p, l))
 
             def stop() -> Any:
                 return then(at_, so_far) if count >= low else None
@@ -320,8 +343,6 @@ def preferred_match(case: Case, start: int) -> list[str] | None:
                     return found
             return None
         return iterate(0, position, labels)
-
-    return match(case.pattern, start, [], lambda position, labels: labels)
 
 
 def reference(case: Case) -> list[tuple[int, tuple[str, ...], dict[str, Any]]]:

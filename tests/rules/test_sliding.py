@@ -154,7 +154,7 @@ def test_micro_batches_give_what_a_recount_over_the_on_time_events_gives(
     evaluator = GroupEvaluator([rule(COUNTS)])
     got, on_time = [], []
     mark = -300
-    for batch, step in zip(batches, steps):
+    for batch, step in zip(batches, steps, strict=False):  # up to 8 batches, 8 steps
         watermark = at(mark) if mark >= 0 else None
         on_time += [(user, s) for user, s in batch if watermark is None or at(s) >= watermark]
         got += counts(evaluator.process([event(user, s) for user, s in batch], watermark).emitted)

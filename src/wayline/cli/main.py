@@ -368,10 +368,10 @@ def _path_secrets(given: list[str]) -> dict[str, list[str]]:
 @guarded
 def receive(
     port: Annotated[int, typer.Option(help="port to listen on, on 127.0.0.1")] = 9000,
-    secret: Annotated[list[str], typer.Option(
+    secret: Annotated[list[str] | None, typer.Option(
         help="PATH=SECRET: check requests to PATH against this signing secret (repeatable); without it, "
              "against the secrets of the local registry's endpoints at this receiver's address",
-    )] = [],
+    )] = None,
 ) -> None:
     """A webhook receiver on 127.0.0.1: checks each request's Standard Webhooks signature and
     shows requests, events, bad signatures and latency per path; Ctrl-C stops."""
@@ -382,7 +382,7 @@ def receive(
     from wayline.registry.endpoint import EndpointService
     from wayline.stack.receiver import Receiver, ReceiverServer, registry_secrets
 
-    given = _path_secrets(secret)
+    given = _path_secrets(secret or [])
     settings = Settings()
     engine = None if given else make_engine(settings.postgres_dsn())
     receiver = Receiver(given)

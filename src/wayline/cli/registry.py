@@ -77,9 +77,12 @@ CUSTOMER_COLUMNS = ("id", "name", "tenants", "created_at")
 
 @customers_app.command("create")
 @guarded
-def create_customer(name: str, tenant: Annotated[list[str], typer.Option(help="a tenant it may subscribe to")] = []) -> None:
+def create_customer(
+    name: str, tenant: Annotated[list[str] | None, typer.Option(help="a tenant it may subscribe to")] = None,
+) -> None:
     with registry() as (session, _):
-        show([customer.create(session, ADMIN, customer.CustomerIn(name=name, tenants=tenant))], CUSTOMER_COLUMNS, "customer created")
+        created = customer.create(session, ADMIN, customer.CustomerIn(name=name, tenants=tenant or []))
+        show([created], CUSTOMER_COLUMNS, "customer created")
 
 
 @customers_app.command("list")
@@ -135,9 +138,11 @@ def revoke_key(key_id: str) -> None:
 # --- tenants and event types -----------------------------------------------------------------
 @tenants_app.command("add")
 @guarded
-def add_tenant(tenant_id: str, subtenant: Annotated[list[str], typer.Option(help="a sub-tenant id")] = [], name: str = "") -> None:
+def add_tenant(
+    tenant_id: str, subtenant: Annotated[list[str] | None, typer.Option(help="a sub-tenant id")] = None, name: str = "",
+) -> None:
     with registry() as (session, _):
-        catalog.upsert_tenants(session, ADMIN, [catalog.TenantIn(id=tenant_id, name=name, subtenants=subtenant)])
+        catalog.upsert_tenants(session, ADMIN, [catalog.TenantIn(id=tenant_id, name=name, subtenants=subtenant or [])])
     console.print(f"tenant {tenant_id} saved")
 
 
@@ -271,14 +276,14 @@ SUBSCRIPTION_COLUMNS = ("id", "endpoint_id", "event_types", "tenant_scope", "ten
 def create_subscription(
     endpoint_id: Annotated[str, typer.Option("--endpoint")],
     event_type: Annotated[list[str], typer.Option("--type", help="an event type (repeat for several)")],
-    tenant: Annotated[list[str], typer.Option(help="limit to this tenant (repeat)")] = [],
-    subtenant: Annotated[list[str], typer.Option(help="limit to tenant/sub-tenant (repeat)")] = [],
+    tenant: Annotated[list[str] | None, typer.Option(help="limit to this tenant (repeat)")] = None,
+    subtenant: Annotated[list[str] | None, typer.Option(help="limit to tenant/sub-tenant (repeat)")] = None,
     filter_json: Annotated[str | None, typer.Option("--filter", help='a JSON filter, e.g. {"data.amount":{"$gt":5}}')] = None,
     batch: Annotated[bool, typer.Option(help="batch mode instead of streaming")] = False,
     max_count: int | None = None,
     max_wait_ms: int | None = None,
 ) -> None:
-    pairs = [tuple(item.split("/", 1)) for item in subtenant]
+    pairs = [tuple(item.split("/", 1)) for item in subtenant or []]
     if any(len(pair) != 2 for pair in pairs):
         raise RejectedInput("--subtenant takes tenant/sub-tenant, e.g. t-2/d-100")
     try:

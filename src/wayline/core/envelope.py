@@ -204,13 +204,9 @@ def parse_record(
         return Rejection(Reason.BAD_SPECVERSION, DETAILS[Reason.BAD_SPECVERSION])
     if text[TENANT] is None:
         return Rejection(Reason.MISSING_TENANT, DETAILS[Reason.MISSING_TENANT])
-    time = None
-    if text["time"] is not None:
-        time = parse_time(text["time"])
-        if time is None:
-            return Rejection(Reason.BAD_TIME, DETAILS[Reason.BAD_TIME])
-        if max_future_skew_s is not None and time > (now or datetime.now(UTC)) + timedelta(seconds=max_future_skew_s):
-            return Rejection(Reason.FUTURE_TIME, future_detail(max_future_skew_s))
+    time = _event_time(text["time"], max_future_skew_s, now)
+    if isinstance(time, Rejection):
+        return time
     bad = [name for name in ATTRIBUTES if isinstance(attributes.get(name), (dict, list))
            or (text[name] is not None and _CONTROL.search(text[name]))]
     if bad:
@@ -233,6 +229,18 @@ def parse_record(
         subtenantid=text[SUBTENANT],
         data=data,
     )
+
+
+def _event_time(text: str | None, max_future_skew_s: float | None, now: datetime | None) -> datetime | Rejection | None:
+    """The ``time`` attribute read (None without one), or why it is refused."""
+    if text is None:
+        return None
+    time = parse_time(text)
+    if time is None:
+        return Rejection(Reason.BAD_TIME, DETAILS[Reason.BAD_TIME])
+    if max_future_skew_s is not None and time > (now or datetime.now(UTC)) + timedelta(seconds=max_future_skew_s):
+        return Rejection(Reason.FUTURE_TIME, future_detail(max_future_skew_s))
+    return time
 
 
 def _attribute_text(value: Any) -> str | None:

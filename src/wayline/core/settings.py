@@ -66,8 +66,9 @@ class KafkaSettings(_Section):
     max_offsets_per_trigger: int = 200_000
     starting_offsets: str = "earliest"
     # Spark's reader polls each partition once more at the end of its offset range, and the
-    # broker holds an empty fetch this long: at the default 500 ms, 100k records over 40
-    # partitions took 11 s to read instead of 3 s (docs/benchmarks.md).
+    # broker holds an empty fetch this long: at the default 500 ms a read over many
+    # partitions took several times as long
+    # (see docs/benchmarks.md#sparks-kafka-reader-fetchmaxwaitms-issue-2--2026-11-22).
     fetch_max_wait_ms: int = 10
 
     @model_validator(mode="after")
@@ -168,7 +169,7 @@ Trigger = Literal["auto", "realtime", "micro_batch"]
 class DeliverySettings(_Section):
     http_client: HttpClientName = Field(
         default=DEFAULT_HTTP_CLIENT,
-        description="the HTTP client that sends webhooks: pyreqwest (Rust, about 0.6x aiohttp's CPU per request) "
+        description="the HTTP client that sends webhooks: pyreqwest (Rust, less CPU per request than aiohttp) "
                     "or aiohttp; both keep the same address policy, timeouts and no-redirect rule",
     )
     stage_deadline_s: float = Field(

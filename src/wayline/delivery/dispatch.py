@@ -147,7 +147,7 @@ class Dispatcher:
             _cut(p, straggling if position in stragglers else f"within the {deadline_s:g} s delivery deadline",
                  cut_after)
             if task.cancelled() else task.result()
-            for position, (task, p) in enumerate(zip(tasks, progress))
+            for position, (task, p) in enumerate(zip(tasks, progress, strict=True))
         ]
 
     def _held(self, endpoint: Endpoint, subscription: str | None, gone: set[str]) -> HeldBack | None:

@@ -105,7 +105,7 @@ def _parse_steps(max_bytes: int, max_future_skew_s: float) -> tuple[Callable[[Da
     # The parsed struct comes out of a generator (`inline_outer` of a one-element array)
     # because a generator is a fence for the optimizer: a later filter on `reason` would
     # otherwise be pushed below this projection with `from_json` copied into every
-    # attribute it reads (35 copies, measured: a 4x slower parse).
+    # attribute it reads, a much slower parse (see docs/benchmarks.md#envelope-parsing-issue-2--2026-11-22).
     staged = [
         *KAFKA_COLUMNS,
         size.alias("_size"),

@@ -25,7 +25,8 @@ def _record(rule: ActiveRule) -> Column:
 
 
 # Filters per projection. The code Spark generates for one projection of every filter's
-# record outgrew the JVM's 64 KB method limit (70 filters, bench/rules.py): Spark then gave
+# record outgrew the JVM's 64 KB method limit at the 100-rule mix (see
+# docs/benchmarks.md#second-pass-profile-changes-beforeafter): Spark then gave
 # up whole-stage code generation for the plan, after trying to compile it again in every
 # micro-batch, and ran it interpreted. A dozen filters stay well under the limit.
 FILTERS_PER_PROJECTION = 12

@@ -150,7 +150,7 @@ def _rows_of(frame: pd.DataFrame) -> list[tuple[str, dict[str, Any]]]:
     datas = [orjson.loads(text) if text is not None else None for text in frame["data_json"].tolist()]
     out = []
     for key, data, *values in zip(frame["key_value"].tolist(), datas, *columns, strict=True):
-        row = dict(zip(ROW_COLUMNS, values))
+        row = dict(zip(ROW_COLUMNS, values, strict=True))
         row[DATA] = data
         out.append((key, row))
     return out

@@ -102,7 +102,7 @@ def send(work: DataFrame, sender: PartitionSender, partitions: int | None = None
     With ``partitions``, repartition by endpoint first (so one endpoint's in-flight and
     rate limits hold in one task); without, ``work`` is partitioned already."""
     # Adaptive execution runs every shuffle and broadcast of the plan as a Spark job of its
-    # own (six per micro-batch, measured); this plan's partitioning is fixed, so it gains
+    # own (see docs/benchmarks.md#delivery-job-issue-4--2026-11-23); this plan's partitioning is fixed, so it gains
     # nothing. The setting holds for this query's session only (a streaming query's
     # micro-batches run in a clone of the job's session).
     work.sparkSession.conf.set("spark.sql.adaptive.enabled", "false")

@@ -234,18 +234,11 @@ class Bucket:
         moved: tuple[list, list] = ([], [])  # held entries that settle now: (id, entry) per side
         for code in np.flatnonzero(held & (n_exp + n_act == 1) & (one_exp | one_act)):
             id_ = uniques[code]
-            if one_act[code]:
-                entry = self.expected.get(id_)
-                if (entry is not None and entry[2] == PENDING and id_ not in self.actual
-                        and abs(entry[0] - t_act[code]) <= m):
-                    moved[0].append((id_, entry))
-                    pair[code] = True
-            else:
-                entry = self.actual.get(id_)
-                if (entry is not None and not entry[2] and id_ not in self.expected
-                        and abs(entry[0] - t_exp[code]) <= m):
-                    moved[1].append((id_, entry))
-                    pair[code] = True
+            side = 0 if one_act[code] else 1  # the held side: the batch brings the other one
+            entry = self._held_partner(side, id_, (t_act if side == 0 else t_exp)[code])
+            if entry is not None:
+                moved[side].append((id_, entry))
+                pair[code] = True
         settled = np.zeros(len(ids), dtype=bool)
         settled[real] = pair[codes[real]]
         if not settled.any():
@@ -273,6 +266,18 @@ class Bucket:
                                    np.array([entry[1] for _, entry in moved[side]], dtype=object))
         rest = ~settled
         return sides[rest].tolist(), ids[rest].tolist(), sources[rest].tolist(), times[rest].tolist()
+
+    def _held_partner(self, side: int, id_: str, time_: np.int64) -> list | None:
+        """``id_``'s held entry on ``side`` (0 expected, 1 actual) if a record of the other side
+        at ``time_`` settles with it: unmatched, nothing of the id held on the other side, and
+        at most ``m`` apart; else None."""
+        if side == 0:
+            entry = self.expected.get(id_)
+            open_ = entry is not None and entry[2] == PENDING and id_ not in self.actual
+        else:
+            entry = self.actual.get(id_)
+            open_ = entry is not None and not entry[2] and id_ not in self.expected
+        return entry if open_ and abs(entry[0] - time_) <= self.periods.m else None
 
     def _file_settled(self, side: int, ids: np.ndarray, times: np.ndarray, sources: np.ndarray) -> None:
         """Appends settled records to their chunks' columns."""

@@ -27,8 +27,8 @@ def make_engine(dsn: str) -> Engine:
 
     @event.listens_for(engine, "connect")
     def _fast_json(dbapi_connection: Any, _record: Any) -> None:
-        # JSONB columns (filters, sub-tenant pairs) decode 5x faster with orjson; the
-        # snapshot reads 50,000 of them.
+        # JSONB columns (filters, sub-tenant pairs) decode faster with orjson, and the snapshot
+        # reads one per subscription (see docs/benchmarks.md#registry-snapshot-and-matching-issue-3--2026-11-22).
         set_json_loads(orjson.loads, dbapi_connection)
 
     return engine

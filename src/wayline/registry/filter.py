@@ -298,11 +298,7 @@ class _Parser:
             case "$neq":
                 return Not(self.compare(path, "$eq", arg, at))
             case "$in" | "$nin":
-                if not isinstance(arg, list):
-                    raise _rejected(at, f"expected a list of values, got {_describe(arg)}")
-                if len(arg) > MAX_LIST_VALUES:
-                    raise _rejected(at, f"more than {MAX_LIST_VALUES} values")
-                found = In(path, tuple(_value(path, v, f"{at}[{i}]", ordered=False) for i, v in enumerate(arg)))
+                found = self.membership(path, arg, at)
                 return found if op == "$in" else Not(found)
             case "$exists":
                 if not isinstance(arg, bool):
@@ -315,11 +311,22 @@ class _Parser:
                     raise _rejected(at, f"expected a string, got {_describe(arg)}")
                 return Affix(path, op, _text(arg, at))
             case _:  # "$not"
-                if depth + 1 > self.max_depth:
-                    raise _rejected(at, f"filters nest more than {self.max_depth} levels deep")
-                if not isinstance(arg, dict):
-                    raise _rejected(at, f'expected an object of operators such as {{"$gt": 5}}, got {_describe(arg)}')
-                return Not(self.field(path, arg, at, depth + 1))
+                return Not(self.negated(path, arg, at, depth))
+
+    def membership(self, path: Path, arg: object, where: str) -> In:
+        if not isinstance(arg, list):
+            raise _rejected(where, f"expected a list of values, got {_describe(arg)}")
+        if len(arg) > MAX_LIST_VALUES:
+            raise _rejected(where, f"more than {MAX_LIST_VALUES} values")
+        return In(path, tuple(_value(path, v, f"{where}[{i}]", ordered=False) for i, v in enumerate(arg)))
+
+    def negated(self, path: Path, arg: object, where: str, depth: int) -> Filter:
+        """What ``$not`` negates: an object of operators, one level deeper."""
+        if depth + 1 > self.max_depth:
+            raise _rejected(where, f"filters nest more than {self.max_depth} levels deep")
+        if not isinstance(arg, dict):
+            raise _rejected(where, f'expected an object of operators such as {{"$gt": 5}}, got {_describe(arg)}')
+        return self.field(path, arg, where, depth + 1)
 
     def compare(self, path: Path, op: CompareOp, arg: object, where: str) -> Compare:
         return Compare(path, op, _value(path, arg, where, ordered=op != "$eq"))

@@ -32,7 +32,8 @@ class SecretBox:
             self._fernet = MultiFernet([Fernet(key) for key in keys])
             self._fingerprint_key = hmac.new(keys[0], b"wayline fingerprint", hashlib.sha256).digest()
             # A Fernet token never changes its plaintext, so a rebuilt snapshot need not
-            # decrypt its 10,000 secrets again (0.5 s of each build).
+            # decrypt every secret again, a large part of each build (see
+            # docs/benchmarks.md#registry-snapshot-and-matching-issue-3--2026-11-22).
             self.open = functools.lru_cache(maxsize=100_000)(self._decrypt)  # type: ignore[method-assign]
         except ValueError as exc:
             raise ConfigError(f"an encryption key is not a Fernet key ({exc}); make one with cryptography's Fernet.generate_key()") from exc

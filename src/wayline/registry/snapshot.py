@@ -119,8 +119,9 @@ def load_snapshot(session: Session, endpoints: EndpointService) -> Snapshot:
     filters: dict[int, Filter] = {}
     subscriptions: dict[str, CompiledSubscription] = {}
     index: dict[MatchKey, list[str]] = {}
-    # The driver's own rows: SQLAlchemy's per-element ARRAY processing cost 0.6 s of a
-    # 50,000-subscription build, and psycopg already returns text[] as lists.
+    # The driver's own rows: SQLAlchemy's per-element ARRAY processing was a large part of
+    # the build (see docs/benchmarks.md#registry-snapshot-and-matching-issue-3--2026-11-22), and psycopg
+    # already returns text[] as lists.
     rows = session.connection().exec_driver_sql(
         "SELECT id, endpoint_id, customer_id, event_types, tenant_scope, tenants, subtenants, filter,"
         " mode, max_count, max_wait_ms FROM subscriptions WHERE enabled"

@@ -124,7 +124,7 @@ def check_endpoint_url(url: str, allow_list: Sequence[str], resolver: Resolver =
     if parts.username or parts.password:
         raise RejectedInput("url: credentials in the URL are not allowed; use the endpoint's auth settings")
     try:
-        parts.port
+        _ = parts.port  # read for its check: a port that is not a number from 0 to 65535 raises ValueError
     except ValueError as exc:
         raise RejectedInput(f"url: {exc}") from exc
     policy = AddressPolicy.of(allow_list)

@@ -332,7 +332,7 @@ def _hold_barrier(keys: RuleKeys, key: str, rows: list[Row], mark: int | None) -
     if not all(isinstance(time, datetime) for time in times):
         return False
     waiting = sorted((micros, arrival, row) for arrival, (micros, row) in
-                     enumerate(zip(map(micros_of, times), rows)) if mark is None or micros >= mark)
+                     enumerate(zip(map(micros_of, times), rows, strict=True)) if mark is None or micros >= mark)
     if waiting:
         keys.keep(key, _Barrier(waiting, len(rows), mark), len(waiting), waiting[0][0] + 1, last=waiting[-1][0])
     return True

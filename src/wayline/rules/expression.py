@@ -480,6 +480,11 @@ class _Compiler:
             return _in(self.compile(node.this), [self.compile(item) for item in node.expressions])
         if isinstance(node, exp.Case):
             return self._case(node)
+        return self._call(node)
+
+    def _call(self, node: exp.Expression) -> Evaluator:
+        """Function calls: COALESCE, scalar functions, casts, TIMESTAMPDIFF, navigation and
+        aggregates; anything else is refused."""
         if isinstance(node, exp.Coalesce):
             return _coalesce([self.compile(part) for part in (node.this, *node.expressions)])
         if type(node) in _SCALARS:

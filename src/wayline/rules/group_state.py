@@ -102,7 +102,7 @@ class RuleKeys:
     def __init__(self, segments: Segments, stored: RuleState | None = None) -> None:
         self.segments = segments
         self.keys: list[str | None] = list(stored.keys) if stored is not None else []
-        self.slots: dict[str, int] = dict(zip(self.keys, range(len(self.keys))))  # type: ignore[arg-type]
+        self.slots: dict[str, int] = dict(zip(self.keys, range(len(self.keys)), strict=True))  # type: ignore[arg-type]
         self.columns = _empty_columns(len(self.keys))
         if stored is not None:
             for name, column in self.columns.items():
@@ -191,7 +191,7 @@ class RuleKeys:
             return
         alive = [slot for slot, key in enumerate(self.keys) if key is not None]
         self.keys = [self.keys[slot] for slot in alive]
-        self.slots = dict(zip(self.keys, range(len(alive))))  # type: ignore[arg-type]
+        self.slots = dict(zip(self.keys, range(len(alive)), strict=True))  # type: ignore[arg-type]
         old, self.columns = self.columns, _empty_columns(len(alive))
         for name, column in self.columns.items():
             column[:len(alive)] = old[name][alive]
@@ -233,7 +233,7 @@ def encode(segments: Segments, by_rule: Mapping[str, RuleKeys]) -> GroupState:
     for keys in rules:
         keys.compact()
     referring = segments.referring(rules)
-    sparse = {number for number, (count, length) in enumerate(zip(referring.tolist(), segments.lengths))
+    sparse = {number for number, (count, length) in enumerate(zip(referring.tolist(), segments.lengths, strict=True))
               if 0 < 2 * count < length}
     fresh: list[Any] = []
     for keys in rules:

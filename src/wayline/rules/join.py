@@ -145,8 +145,25 @@ def compile_join(statement: exp.Select) -> JoinSpec:
     where = statement.args.get("where")
     if where is not None and where.find(exp.Interval):
         raise RejectedInput(f"WHERE: the time bound of an interval join goes in ON{located(where)}")
+    split = _split(conjuncts, where, left, right, outer, interval_join)
+    return JoinSpec(
+        kind=JoinKind.INTERVAL if interval_join else JoinKind.TABLE, outer=outer, left=left, right=right,
+        table=table, condition=_and([_spark(c) for c in split["on"]] + bounds),
+        where=_and([_spark(c) for c in split["after"]]) or None,
+        left_where=_and([_spark(c) for c in split["left"]]) or None,
+        right_where=_and([_spark(c) for c in split["right"]]) or None,
+        left_on=_and([_spark(c) for c in split["left_on"]]) or None,
+        key=_spark(exp.cast(key.copy(), "string")), select=_select(statement), lower=lower, upper=upper,
+    )
+
+
+def _split(on: list[exp.Expression], where: exp.Where | None, left: str, right: str, outer: bool,
+           interval_join: bool) -> dict[str, list[exp.Expression]]:
+    """The ON conjuncts (less an interval join's time bound) and WHERE's, by where they apply:
+    to one side before the join (``left``, ``right``), to a LEFT JOIN's left side in ON
+    (``left_on``), to the pairing (``on``), or to the joined rows (``after``)."""
     split: dict[str, list[exp.Expression]] = {"left": [], "right": [], "on": [], "after": [], "left_on": []}
-    for conjunct in conjuncts:
+    for conjunct in on:
         read = _aliases(conjunct)
         if read == {right}:
             split["right"].append(conjunct)
@@ -167,15 +184,7 @@ def compile_join(statement: exp.Select) -> JoinSpec:
             split["right"].append(conjunct)
         else:
             split["after"].append(conjunct)
-    return JoinSpec(
-        kind=JoinKind.INTERVAL if interval_join else JoinKind.TABLE, outer=outer, left=left, right=right,
-        table=table, condition=_and([_spark(c) for c in split["on"]] + bounds),
-        where=_and([_spark(c) for c in split["after"]]) or None,
-        left_where=_and([_spark(c) for c in split["left"]]) or None,
-        right_where=_and([_spark(c) for c in split["right"]]) or None,
-        left_on=_and([_spark(c) for c in split["left_on"]]) or None,
-        key=_spark(exp.cast(key.copy(), "string")), select=_select(statement), lower=lower, upper=upper,
-    )
+    return split
 
 
 def _conjuncts(condition: exp.Expression) -> list[exp.Expression]:

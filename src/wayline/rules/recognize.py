@@ -252,7 +252,7 @@ def _take_skip_to(sql: str) -> tuple[str, AfterMatchSkip | None]:
     tokens = sqlglot.Dialect.get_or_raise(DIALECT).tokenize(sql)
     for index in range(len(tokens) - 4):
         words = tokens[index:index + 5]
-        if all(_is_word(token, word) for token, word in zip(words, ("AFTER", "MATCH", "SKIP", "TO"))) \
+        if all(_is_word(token, word) for token, word in zip(words, ("AFTER", "MATCH", "SKIP", "TO"), strict=False)) \
                 and words[4].text.upper() not in ("FIRST", "LAST", "NEXT", "PAST") \
                 and words[4].token_type in (TokenType.VAR, TokenType.IDENTIFIER):
             name = words[4].text if words[4].token_type == TokenType.IDENTIFIER else words[4].text.upper()

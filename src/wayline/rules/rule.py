@@ -38,6 +38,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import timedelta
 from enum import StrEnum
+from itertools import pairwise
 
 import sqlglot
 from sqlglot import exp
@@ -219,7 +220,7 @@ def _quote_window_calls(sql: str) -> str:
     """``window(`` as a quoted name: sqlglot misreads ``GROUP BY window(...)`` as a clause."""
     tokens = sqlglot.Dialect.get_or_raise(DIALECT).tokenize(sql)
     out, last = [], 0
-    for token, following in zip(tokens, tokens[1:]):
+    for token, following in pairwise(tokens):
         if token.text.lower() == "window" and following.token_type == sqlglot.TokenType.L_PAREN \
                 and token.token_type != sqlglot.TokenType.STRING and sql[token.start] != '"':
             out.append(sql[last:token.start])

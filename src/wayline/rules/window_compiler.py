@@ -30,7 +30,28 @@ def compile_window(statement: exp.Select, check_column: Callable[[ColumnPath, st
     if extra:
         raise RejectedInput(f"{', '.join(k.upper().rstrip('_') for k in extra)} is not supported in a window rule")
     group = statement.args.get("group")
-    calls = [node for node in (group.expressions if group else []) if _window_kind(node) is not None]
+    call = _window_call(group.expressions if group else [])
+    kind = _window_kind(call)
+    assert kind is not None
+    size, slide = _window_arguments(kind, call)
+    groups = _OverGroups(kind, _group_keys(group.expressions, call, kind, check_column), check_column)
+    select = _select(statement.expressions, groups)
+    where = statement.args.get("where")
+    having = statement.args.get("having")
+    # Before the aggregates are taken: HAVING may add its own (HAVING COUNT(*) = 1 alone).
+    having_test = groups.compile(having.this, "HAVING") if having is not None else None
+    return WindowSpec(
+        size=size, slide=slide, keys=tuple(groups.keys), aggregates=tuple(groups.aggregates),
+        where=_row_expression(where.this, "WHERE", check_column) if where is not None else None,
+        having=having_test,
+        select=tuple(select),
+        kind=kind,
+    )
+
+
+def _window_call(grouped: list[exp.Expression]) -> exp.Anonymous:
+    """The one window function GROUP BY must name."""
+    calls = [node for node in grouped if _window_kind(node) is not None]
     if not calls:
         raise RejectedInput(
             "an aggregation rule needs a time bound: GROUP BY window(event_time, '<size>'[, '<slide>']), "
@@ -39,43 +60,60 @@ def compile_window(statement: exp.Select, check_column: Callable[[ColumnPath, st
         )
     if len(calls) > 1:
         raise RejectedInput("GROUP BY: one window(...), sliding_window(...) or session_window(...) per rule")
-    kind = _window_kind(calls[0])
-    assert kind is not None
-    size, slide = _window_arguments(kind, calls[0])
+    return calls[0]
+
+
+def _group_keys(grouped: list[exp.Expression], call: exp.Anonymous, kind: WindowKind,
+                check_column: Callable[[ColumnPath, str], None]) -> list[ColumnPath]:
+    """The columns GROUP BY names beside the window function."""
     keys: list[ColumnPath] = []
-    for node in group.expressions:
-        if node is calls[0]:
+    for node in grouped:
+        if node is call:
             continue
         if not isinstance(node, (exp.Column, exp.Dot)):
             raise RejectedInput(f"GROUP BY {node.sql(dialect=DIALECT)}: group by columns and one {kind}(...)")
         path = _path(node)
         check_column(path, "GROUP BY")
         keys.append(path)
+    return keys
 
-    aggregates: list[Aggregate] = []
 
-    def aggregate_slot(node: exp.Expression) -> exp.Expression:
-        kind = _KINDS.get(type(node))
-        if kind is None:
-            what = node.sql_name() if isinstance(node, exp.Func) else node.sql(dialect=DIALECT)
-            raise RejectedInput(f"aggregate {what} is not supported; use COUNT, SUM, AVG, MIN or MAX")
-        if node.args.get("distinct") or isinstance(node.this, exp.Distinct):
-            raise RejectedInput(f"{node.sql(dialect=DIALECT)}: DISTINCT aggregates are not supported")
-        sql = node.sql(dialect=DIALECT)
-        for index, known in enumerate(aggregates):
-            if known.sql == sql:
-                return exp.column(f"__agg{index}")
-        argument = None if isinstance(node.this, exp.Star) else _row_expression(node.this, f"{sql}", check_column)
-        aggregates.append(Aggregate(kind, sql, argument))
-        return exp.column(f"__agg{len(aggregates) - 1}")
+def _select(items: list[exp.Expression], groups: _OverGroups) -> list[tuple[str, Evaluator]]:
+    """The SELECT list as (output name, evaluator over a finished group)."""
+    select: list[tuple[str, Evaluator]] = []
+    for item in items:
+        if isinstance(item, exp.Star):
+            raise RejectedInput("SELECT * is not supported in a window rule; name the keys and aggregates")
+        target = item.this if isinstance(item, exp.Alias) else item
+        if isinstance(item, exp.Alias):
+            name = item.alias
+        elif isinstance(item, (exp.Column, exp.Dot)):
+            name = _path(item)[-1]
+        else:
+            raise RejectedInput(f"SELECT {item.sql(dialect=DIALECT)}: an expression needs a name (AS name)")
+        if name in (n for n, _ in select):
+            raise RejectedInput(f"SELECT: two output columns are named {name}; rename one with AS")
+        select.append((name, groups.compile(target, f"SELECT {name}")))
+    return select
 
-    def over_groups(node: exp.Expression, clause: str) -> Evaluator:
-        """An expression over a finished group: aggregates, keys and window bounds (and for a
-        sliding window, the columns of the event the window ends at)."""
+
+class _OverGroups:
+    """Compiles expressions over a finished group: aggregates, keys and window bounds (and for
+    a sliding window, the columns of the event the window ends at). Collects the aggregates
+    they take, each once."""
+
+    def __init__(self, kind: WindowKind, keys: list[ColumnPath],
+                 check_column: Callable[[ColumnPath, str], None]) -> None:
+        self.kind = kind
+        self.keys = keys
+        self.check_column = check_column
+        self.aggregates: list[Aggregate] = []
+
+    def compile(self, node: exp.Expression, clause: str) -> Evaluator:
         tree = node.copy()
         for found in list(tree.find_all(exp.AggFunc)):
             if found.find_ancestor(exp.AggFunc) is None:
-                replacement = aggregate_slot(found)
+                replacement = self._slot(found)
                 if found is tree:
                     tree = replacement
                 else:
@@ -88,40 +126,30 @@ def compile_window(statement: exp.Select, check_column: Callable[[ColumnPath, st
                     tree = bound
                 else:
                     column.replace(bound)
-            elif kind is WindowKind.SLIDING and not path[0].startswith("__agg"):
-                check_column(path, clause)
-            elif not path[0].startswith("__agg") and path not in keys:
+            elif self.kind is WindowKind.SLIDING and not path[0].startswith("__agg"):
+                self.check_column(path, clause)
+            elif not path[0].startswith("__agg") and path not in self.keys:
                 raise RejectedInput(
                     f"{clause}: {'.'.join(path)} is neither a GROUP BY key, window.start/window.end, "
                     "nor inside an aggregate"
                 )
         return _row_expression(tree, clause, None)
 
-    select = []
-    for item in statement.expressions:
-        if isinstance(item, exp.Star):
-            raise RejectedInput("SELECT * is not supported in a window rule; name the keys and aggregates")
-        target = item.this if isinstance(item, exp.Alias) else item
-        if isinstance(item, exp.Alias):
-            name = item.alias
-        elif isinstance(item, (exp.Column, exp.Dot)):
-            name = _path(item)[-1]
-        else:
-            raise RejectedInput(f"SELECT {item.sql(dialect=DIALECT)}: an expression needs a name (AS name)")
-        if name in (n for n, _ in select):
-            raise RejectedInput(f"SELECT: two output columns are named {name}; rename one with AS")
-        select.append((name, over_groups(target, f"SELECT {name}")))
-    where = statement.args.get("where")
-    having = statement.args.get("having")
-    # Before the aggregates are taken: HAVING may add its own (HAVING COUNT(*) = 1 alone).
-    having_test = over_groups(having.this, "HAVING") if having is not None else None
-    return WindowSpec(
-        size=size, slide=slide, keys=tuple(keys), aggregates=tuple(aggregates),
-        where=_row_expression(where.this, "WHERE", check_column) if where is not None else None,
-        having=having_test,
-        select=tuple(select),
-        kind=kind,
-    )
+    def _slot(self, node: exp.Expression) -> exp.Expression:
+        """The column an aggregate's value is read from, the aggregate added if it is new."""
+        kind = _KINDS.get(type(node))
+        if kind is None:
+            what = node.sql_name() if isinstance(node, exp.Func) else node.sql(dialect=DIALECT)
+            raise RejectedInput(f"aggregate {what} is not supported; use COUNT, SUM, AVG, MIN or MAX")
+        if node.args.get("distinct") or isinstance(node.this, exp.Distinct):
+            raise RejectedInput(f"{node.sql(dialect=DIALECT)}: DISTINCT aggregates are not supported")
+        sql = node.sql(dialect=DIALECT)
+        for index, known in enumerate(self.aggregates):
+            if known.sql == sql:
+                return exp.column(f"__agg{index}")
+        argument = None if isinstance(node.this, exp.Star) else _row_expression(node.this, f"{sql}", self.check_column)
+        self.aggregates.append(Aggregate(kind, sql, argument))
+        return exp.column(f"__agg{len(self.aggregates) - 1}")
 
 
 def _window_kind(node: exp.Expression) -> WindowKind | None:

@@ -5,9 +5,9 @@ PySpark's daemon forks a worker per task slot; the worker imports ``pyspark.work
 the fork and then, unpickling the task's function, the module that defines it: for the
 rules job's stateful processor that is ``wayline.pipelines.rules_processor`` and, through
 it, pandas, pyarrow, SQLAlchemy, pydantic and the rules engine. Every worker that Spark starts (a fresh
-query, a worker it did not keep) paid those imports again, seconds of CPU on a loaded
-machine: about half of the Python workers' samples at 10 rules (docs/benchmarks.md,
-"Rules against Flink SQL"). Imported here, they are in every forked worker already.
+query, a worker it did not keep) paid those imports again, the largest item of the Python
+workers' profile (see docs/benchmarks.md#where-an-events-time-goes-profile-10-and-100-rules).
+Imported here, they are in every forked worker already.
 
 A module that fails to import here costs only the time it would have saved: the worker
 imports it again, and reports the error then, in the task that needs it.

@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import partial
+from itertools import pairwise
 
 import orjson
 import pytest
@@ -193,7 +194,7 @@ def test_each_message_of_a_flaky_receiver_succeeds_once_after_its_failures(scena
         assert statuses[:FAILURES] == [503] * FAILURES
         assert statuses.count(204) == 1, "exactly one success, even across the restart"
         times = [at for at, _ in scenario.wall[webhook_id]]
-        assert all(later - earlier >= SCHEDULE_S[1] - 0.05 for earlier, later in zip(times, times[1:]))
+        assert all(later - earlier >= SCHEDULE_S[1] - 0.05 for earlier, later in pairwise(times))
     logged = Counter(e.webhook_id for e in scenario.log if e.endpoint_id == scenario.endpoint_ids["flaky"])
     assert logged == Counter({i: 1 for i in scenario.ids("flaky")})
 

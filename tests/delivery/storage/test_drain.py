@@ -12,6 +12,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from itertools import pairwise
 
 import orjson
 import pytest
@@ -124,7 +125,7 @@ def test_a_receiver_that_fails_k_times_gets_each_message_once_after_k_spaced_fai
         for request in got:
             assert Webhook(SECRET.text).verify(request.body, request.headers)["id"] == message.event_ids[0]
             assert request.body == message.payload
-        gaps = [later.at - earlier.at for earlier, later in zip(got, got[1:])]
+        gaps = [later.at - earlier.at for earlier, later in pairwise(got)]
         assert gaps[0] >= SCHEDULE[1].total_seconds() - 0.02
         assert gaps[1] >= SCHEDULE[2].total_seconds() - 0.02
     logged = rows(database, DeliveryLogEntry, endpoint_id=endpoint)

@@ -106,7 +106,7 @@ def _pendings(batch: pa.RecordBatch, now: datetime, topics: dict[str, str]) -> l
         for name in ("kind", "subscription_id", "endpoint_id", "event_ids", "body", "source"))
     pendings = []
     for kind, subscription_id, endpoint_id, ids, body, source in zip(
-            kinds, subscriptions, endpoints, event_ids, bodies, sources):
+            kinds, subscriptions, endpoints, event_ids, bodies, sources, strict=True):
         pendings.append(Pending.first(Kind(kind), ids, body, subscription_id=subscription_id,
                                       endpoint_id=endpoint_id, now=now))
         if source is not None:

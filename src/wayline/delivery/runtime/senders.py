@@ -76,9 +76,10 @@ _log = logging.getLogger(__name__)
 FIRST_WAIT_S = 0.5
 """How long a poll waits for a first record; also how late an idle process sees a stop."""
 MAX_BATCH = 2000
-"""Records per stage at most: at 10,000/s about 0.2 s of work, whose two pre-send queries
-and one commit are shared by all; at 1,000/s batches stay far smaller (what came in while
-the last stage ran)."""
+"""Records per stage at most: a fraction of a second of work at the rate the sender
+processes reach (see docs/benchmarks.md#the-sender-processes-cpu-per-request-issue-13--2026-11-24),
+whose two pre-send queries and one commit are shared by all; at lower rates batches stay
+far smaller (what came in while the last stage ran)."""
 SESSION_TIMEOUT_MS = 10_000
 """A process that died (kill -9) keeps its partitions this long before the group moves them."""
 FAILED_STAGE_PAUSE_S = 1.0
@@ -394,11 +395,11 @@ def ensure_work_topics(settings: Settings) -> None:
 
 
 def freeze_startup_heap() -> None:
-    """Keep what start-up made (modules, pools, the registry snapshot: over 150,000 objects)
+    """Keep what start-up made (modules, pools, the registry snapshot: most of the heap)
     out of the cyclic garbage collector's full collections. Each stage leaves tens of
     thousands of objects that lived through it, so full collections come every stage or
     two, and walking the start-up heap each time was a large share of the CPU per request
-    (docs/benchmarks.md, "The sender processes' CPU per request"). Frozen objects are still
+    (see docs/benchmarks.md#where-the-cpu-went-before). Frozen objects are still
     freed when nothing refers to them; only a reference cycle among them outlives its use."""
     gc.collect()
     gc.freeze()

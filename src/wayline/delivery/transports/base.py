@@ -26,8 +26,8 @@ DEFAULT_MAX_IN_FLIGHT = 16
 DEFAULT_CONNECT_TIMEOUT_S = 5.0
 # Longer than the real-time matching query's batch (delivery.realtime_checkpoint_s, 30 s):
 # each batch boundary sends the sender processes a burst, which found the connections of
-# the last burst just expired at 30 s and opened ~200 new ones every 30 s at 300 events/s
-# (docs/benchmarks.md, "Failure isolation and connections"). reqwest's and Go's own
+# the last burst just expired and opened new ones at every boundary (see
+# docs/benchmarks.md#new-tcp-connections-per-endpoint-over-5-minutes). reqwest's and Go's own
 # default; a server that closes sooner is seen closing and its connection dropped.
 DEFAULT_KEEPALIVE_S = 90.0
 DEFAULT_MAX_RESPONSE_BYTES = 64 * 1024

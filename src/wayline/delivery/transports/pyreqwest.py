@@ -1,11 +1,12 @@
 """The pyreqwest transport: Rust's reqwest/hyper under the same guarantees as the aiohttp one.
 
-pyreqwest spends about 0.6x of aiohttp's CPU per request (docs/benchmarks.md, "Delivery
-HTTP clients"), but it has no resolver hook, only static host -> address overrides fixed
-when a client is built. So the address policy is kept by resolving, checking and then
-pinning: this transport resolves a host itself, refuses it if any address is not
-admitted (:class:`~wayline.registry.urls.AddressPolicy`, the same check as at create
-time), and sends through a client whose only way to that host is the checked address.
+pyreqwest spends less CPU per request than aiohttp (see
+docs/benchmarks.md#delivery-http-clients-issue-4-groundwork--2026-11-22), but it has no
+resolver hook, only static host -> address overrides fixed when a client is built. So the
+address policy is kept by resolving, checking and then pinning: this transport resolves a
+host itself, refuses it if any address is not admitted
+(:class:`~wayline.registry.urls.AddressPolicy`, the same check as at create time), and
+sends through a client whose only way to that host is the checked address.
 reqwest never resolves the name again, so a DNS answer that changes in between
 (rebinding) cannot pass; the URL keeps its host name, so the Host header and TLS SNI
 and certificate checks are the endpoint's own. A client is kept per (host, address), and
