@@ -65,10 +65,12 @@ class KafkaSettings(_Section):
     topic_partitions: int = 2
     max_offsets_per_trigger: int = 200_000
     starting_offsets: str = "earliest"
-    # Spark's reader polls each partition once more at the end of its offset range, and the
-    # broker holds an empty fetch this long: at the default 500 ms a read over many
-    # partitions took several times as long
+    # Spark's micro-batch reader polls each partition once more at the end of its offset
+    # range, and the broker holds an empty fetch this long: at the default 500 ms a read
+    # over many partitions took several times as long
     # (see docs/benchmarks.md#sparks-kafka-reader-fetchmaxwaitms-issue-2--2026-11-22).
+    # Real-time reads and the intake and sender processes keep Kafka's default long poll,
+    # which answers as soon as a record arrives.
     fetch_max_wait_ms: int = 10
 
     @model_validator(mode="after")

@@ -23,11 +23,14 @@ def read_kafka(spark: SparkSession, settings: Settings, pattern: str | None = No
         .option("subscribePattern", pattern or event_topic_pattern(settings))
         .option("startingOffsets", starting_offsets or settings.kafka.starting_offsets)
         .option("includeHeaders", "true")
-        .option("kafka.fetch.max.wait.ms", settings.kafka.fetch_max_wait_ms)
     )
     if not real_time:
-        # Back-pressure: a burst is worked off in bounded micro-batches, not all at once.
-        reader = reader.option("maxOffsetsPerTrigger", max_offsets_per_trigger or settings.kafka.max_offsets_per_trigger)
+        # A micro-batch waits out one empty fetch per partition at the end of its range; a
+        # real-time read has no range end, so the broker's long poll there (Kafka's default
+        # wait) costs no latency and spares a busy loop of empty fetches.
+        reader = (reader.option("kafka.fetch.max.wait.ms", settings.kafka.fetch_max_wait_ms)
+                  # Back-pressure: a burst is worked off in bounded micro-batches, not all at once.
+                  .option("maxOffsetsPerTrigger", max_offsets_per_trigger or settings.kafka.max_offsets_per_trigger))
     return reader.load()
 
 

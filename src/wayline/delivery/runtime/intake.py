@@ -108,7 +108,6 @@ class Intake:
             "partition.assignment.strategy": "cooperative-sticky",
             "session.timeout.ms": SESSION_TIMEOUT_MS,
             "topic.metadata.refresh.interval.ms": METADATA_REFRESH_MS,
-            "fetch.wait.max.ms": settings.kafka.fetch_max_wait_ms,
         })
         try:
             self._partitions = len(self._consumer.list_topics(self._topic, timeout=10).topics[self._topic].partitions)
