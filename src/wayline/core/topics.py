@@ -40,6 +40,14 @@ def delivered_topic_pattern(settings: Settings) -> str:
     return "^(" + "|".join(map(re.escape, prefixes)) + ").*"
 
 
+def matched_topic_pattern(settings: Settings) -> str:
+    """What the matching query reads: with ``delivery.intake = "on"`` the intake topic
+    alone, otherwise the delivered topics themselves."""
+    if settings.delivery.intake == "on":
+        return "^" + re.escape(settings.delivery.intake_topic) + "$"
+    return delivered_topic_pattern(settings)
+
+
 @dataclass(frozen=True)
 class ReservedTopics:
     internal: frozenset[str]  # the settings' internal topics, wherever they are named
@@ -90,4 +98,5 @@ class ReservedTopics:
         return self.reason(literal) if literal.startswith((BROKER_PREFIX, INTERNAL_PREFIX)) else None
 
 
-__all__ = ["BROKER_PREFIX", "INTERNAL_PREFIX", "ReservedTopics", "delivered_topic_pattern", "event_topic_pattern"]
+__all__ = ["BROKER_PREFIX", "INTERNAL_PREFIX", "ReservedTopics", "delivered_topic_pattern", "event_topic_pattern",
+           "matched_topic_pattern"]

@@ -56,7 +56,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 from wayline.core.errors import ConfigError, RetryLater
 from wayline.core.settings import Settings, Trigger
-from wayline.core.topics import delivered_topic_pattern
+from wayline.core.topics import matched_topic_pattern
 from wayline.delivery.metrics import DeliveryMetrics
 from wayline.delivery.runtime.intake import ensure_intake_topic, uses_intake
 from wayline.pipelines.delivery import SendStep, ensure_delivery_topics, live_snapshots
@@ -89,9 +89,7 @@ def source_partitions(settings: Settings) -> int:
     ``delivery.intake = "on"``, otherwise the source topics' (a topic created later adds
     its own at the query's next batch); with none yet, ``kafka.topic_partitions``, the
     first one's."""
-    if settings.delivery.intake == "on":
-        return _partitions(settings, "^" + re.escape(settings.delivery.intake_topic) + "$")
-    return _partitions(settings, delivered_topic_pattern(settings))
+    return _partitions(settings, matched_topic_pattern(settings))
 
 
 def _partitions(settings: Settings, pattern: str) -> int:
@@ -187,9 +185,8 @@ def start_matching_query(spark: SparkSession, settings: Settings, live: LiveSnap
     delivery = settings.delivery
     realtime = delivery.matching_trigger == "realtime"
     intake = delivery.intake == "on"
-    pattern = "^" + re.escape(delivery.intake_topic) + "$" if intake else delivered_topic_pattern(settings)
-    source = read_kafka(spark, settings, pattern, max_offsets_per_trigger=delivery.max_offsets_per_trigger,
-                        real_time=realtime)
+    source = read_kafka(spark, settings, matched_topic_pattern(settings),
+                        max_offsets_per_trigger=delivery.max_offsets_per_trigger, real_time=realtime)
     if intake:
         source = from_origin(source)
     if not realtime:
