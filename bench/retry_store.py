@@ -15,7 +15,6 @@ Run: .venv/bin/python bench/retry_store.py [--entries 50000] [--runs 3]
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
 import statistics
@@ -27,7 +26,9 @@ from typing import Any
 
 from confluent_kafka import Consumer, Producer
 
-from fresh_stack import RESULTS, fresh_stack, record_results
+from toolkit import cli
+from toolkit.results import RESULTS, record_results
+from toolkit.stack import fresh_stack
 from wayline.core.kafka import ensure_topics
 from wayline.delivery.attempt import Pending, Succeeded, WillRetry
 from wayline.delivery.storage.drain import RetryQueue
@@ -100,10 +101,9 @@ def kafka_round_trip(bootstrap: str, topic: str, entries: int) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = cli.parser(__doc__, runs=3)
     parser.add_argument("--entries", type=int, default=50_000)
     parser.add_argument("--drainers", type=int, default=2)
-    parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
     runs: list[dict[str, Any]] = []
     with fresh_stack(RESULTS / "retry_store-state") as (settings, database):
@@ -118,7 +118,7 @@ def main() -> None:
             print(json.dumps(runs[-1]), flush=True)
     summary = {"args": vars(args), "runs": runs,
                "medians": {k: statistics.median(r[k] for r in runs) for k in runs[0]}}
-    record_results("retry_store", summary)
+    record_results("retry_store", summary, args.out)
     print(json.dumps(summary["medians"], indent=2))
 
 
