@@ -242,6 +242,7 @@ def main() -> None:
     parser.add_argument("--backlog-processes", type=cli.comma(int), default=[1, 2])
     parser.add_argument("--scenarios", type=cli.names("steady", "backlog"), default=["steady", "backlog"])
     args = parser.parse_args()
+    args.source_partitions = None  # the load generator's topics, a topic per domain (Bench.partitions)
     with fresh_stack(RESULTS / "senders-state", registry={"url_allow_list": LOOPBACK}) as (settings, database):
         results = run_all(settings, database, args)
     record_results(f"senders-{int(time.time())}", {"args": vars(args), "results": results}, args.out)
