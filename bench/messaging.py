@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-import statistics
 import subprocess
 import time
 from pathlib import Path
@@ -30,7 +29,7 @@ from confluent_kafka import Producer
 
 from toolkit import cli
 from toolkit.produce import send
-from toolkit.results import RESULTS, record_results
+from toolkit.results import RESULTS, record_medians
 from toolkit.stack import fresh_stack, stop, wayline
 from toolkit.stats import quantile
 from toolkit.waiting import wait_until
@@ -188,10 +187,7 @@ def main() -> None:
         finally:
             for server in servers:
                 stop(server, how=signal.SIGTERM, timeout_s=30)
-    summary = {"args": vars(args), "runs": runs,
-               "medians": {k: statistics.median(r[k] for r in runs) for k in runs[0]}}
-    record_results("messaging", summary, args.out)
-    print(json.dumps(summary["medians"], indent=2))
+    print(json.dumps(record_medians("messaging", args, runs), indent=2))
 
 
 if __name__ == "__main__":

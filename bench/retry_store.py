@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import random
-import statistics
 import threading
 import time
 from dataclasses import replace
@@ -27,7 +26,7 @@ from typing import Any
 from confluent_kafka import Consumer, Producer
 
 from toolkit import cli
-from toolkit.results import RESULTS, record_results
+from toolkit.results import RESULTS, record_medians
 from toolkit.stack import fresh_stack
 from wayline.core.kafka import ensure_topics
 from wayline.delivery.attempt import Pending, Succeeded, WillRetry
@@ -116,10 +115,7 @@ def main() -> None:
             runs.append({"hand_over_per_s": handed, "claim_settle_per_s": drained, "drained": count,
                          "kafka_produce_consume_per_s": kafka})
             print(json.dumps(runs[-1]), flush=True)
-    summary = {"args": vars(args), "runs": runs,
-               "medians": {k: statistics.median(r[k] for r in runs) for k in runs[0]}}
-    record_results("retry_store", summary, args.out)
-    print(json.dumps(summary["medians"], indent=2))
+    print(json.dumps(record_medians("retry_store", args, runs), indent=2))
 
 
 if __name__ == "__main__":

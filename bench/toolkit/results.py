@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
+import statistics
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -30,6 +32,14 @@ def record_results(name: str, summary: dict[str, Any], out: Path | None = None) 
     # default=str: a date or a path among the figures is written as text, not refused.
     path.write_text(json.dumps({**machine(), **summary}, indent=2, default=str))
     return path
+
+
+def record_medians(name: str, args: argparse.Namespace, runs: list[dict[str, float]]) -> dict[str, float]:
+    """The runs' figures (the same names in each), their medians and the arguments, in the
+    results file (``args.out``, default ``bench/results/<name>.json``); the medians."""
+    medians = {figure: statistics.median(run[figure] for run in runs) for figure in runs[0]}
+    record_results(name, {"args": vars(args), "runs": runs, "medians": medians}, args.out)
+    return medians
 
 
 def markdown_table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
