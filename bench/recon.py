@@ -66,7 +66,7 @@ def records_of(ids: int) -> Iterator[tuple[str, bytes, None]]:
             }), None
 
 
-def reconcile(database: Database, name: str) -> str:
+def reconcile(database: Database, settings: Settings, name: str) -> str:
     side = {"topics": [AUDIT], "id": "data.audited_id", "time": "data.audited_time", "source": "data.system"}
     with database.transaction() as session:
         for row in service.running(session):
@@ -75,7 +75,7 @@ def reconcile(database: Database, name: str) -> str:
             "name": name, "output_topic": OUT,
             "expected": {"role": "producer-expected", **side}, "actual": {"role": "actual", "topics": [EVENTS]},
             "periods": {"o": 60, "n": 30, "m": 7200, "z": 3600},
-        }), OUT).id
+        }), service.OutputTopics.from_settings(settings)).id
 
 
 class Progress:
@@ -199,7 +199,7 @@ def main() -> None:
         spark = spark_session(settings)
         baselines, recons = [], []
         for run in range(args.runs):
-            reconcile(database, f"bench-{run}")
+            reconcile(database, settings, f"bench-{run}")
             baselines.append(baseline_once(spark, settings, database, records, state / f"cp-base-{run}"))
             print("baseline", baselines[-1])
             recons.append(recon_once(spark, settings, database, records, state / f"cp-recon-{run}",
