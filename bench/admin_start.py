@@ -11,7 +11,6 @@ Run: .venv/bin/python bench/admin_start.py [--before REV] [--runs 9]
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -22,7 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from fresh_stack import record_results
+from toolkit import cli
+from toolkit.results import record_results
 
 REPO = Path(__file__).resolve().parents[1]
 HEAVY = ("pyspark", "sqlalchemy", "aiohttp", "confluent_kafka", "pandas", "pyarrow", "sqlglot")
@@ -73,9 +73,8 @@ def export(revision: str, into: Path) -> Path:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = cli.parser(__doc__, runs=9)
     parser.add_argument("--before", default="ab11c42", help="the revision to compare with")
-    parser.add_argument("--runs", type=int, default=9)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
         trees = {f"before ({args.before})": export(args.before, Path(folder)), "after (this tree)": REPO / "src"}
@@ -93,7 +92,7 @@ def main() -> None:
                 loaded[name] = heavy
     record_results("admin_start", {"runs": args.runs,
                                    "median_s": {name: statistics.median(times) for name, times in walls.items()},
-                                   "all_s": walls, "heavy_loaded": loaded})
+                                   "all_s": walls, "heavy_loaded": loaded}, args.out)
     for name, times in walls.items():
         print(f"{name:42} median {statistics.median(times):6.3f} s  "
               f"(min {min(times):.3f}, max {max(times):.3f})  heavy: {', '.join(loaded[name]) or '-'}")

@@ -28,12 +28,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fresh_stack import machine
+from toolkit import cli
+from toolkit.results import RESULTS, record_results
 from wayline.core.settings import Settings
 from wayline.stack import cluster
 
 BENCH = Path(__file__).resolve().parent
-RESULTS = BENCH / "results"
 
 
 @dataclass(frozen=True)
@@ -91,8 +91,7 @@ def on_cluster(workers: int, args: argparse.Namespace) -> dict[str, dict[str, An
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--runs", type=int, default=3)
+    parser = cli.parser(__doc__, runs=3)
     parser.add_argument("--only", action="append", choices=sorted(SCRIPTS),
                         help="run only these benchmarks (default: all)")
     parser.add_argument("--batch-events", type=int, default=20_000)
@@ -102,7 +101,6 @@ def main() -> None:
     parser.add_argument("--executor-memory", default="1g")
     args = parser.parse_args()
     args.only = args.only or list(SCRIPTS)
-    RESULTS.mkdir(exist_ok=True)
     configurations = {
         "local[2]": lambda: all_runs("local[2]", args),
         "standalone, 1 worker x 1 core": lambda: on_cluster(1, args),
@@ -116,9 +114,9 @@ def main() -> None:
             results[name][configuration] = {"median_events_per_s": median, "ratio_to_local": median / baseline, **runs}
             print(f"{name}, {configuration}: median {median:,.0f} events/s, {median / baseline:.2f} of local[2] "
                   f"({', '.join(f'{r:,.0f}' for r in runs['rates'])})", flush=True)
-    summary = {**machine(), "batch_events": args.batch_events, "rules": args.rules,
+    summary = {"batch_events": args.batch_events, "rules": args.rules,
                "rules_events": args.rules_events, "benchmarks": results}
-    (RESULTS / f"cluster-{int(time.time())}.json").write_text(json.dumps(summary, indent=2))
+    record_results(f"cluster-{int(time.time())}", summary, args.out)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,6 @@ It starts its own stack under bench/results/connections-state and stops it at th
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -31,9 +30,11 @@ import threading
 import time
 from typing import Any
 
-from delivery import stats
-from delivery_targets import SYSTEMS, Bench, ReceiverArrivals, bench_session, rate_run
-from fresh_stack import RESULTS, fresh_stack, record_results
+from toolkit import cli
+from toolkit.receiver import stats
+from toolkit.results import RESULTS, markdown_table, record_results
+from toolkit.stack import LOOPBACK, fresh_stack
+from toolkit.systems import SYSTEMS, Bench, ReceiverArrivals, bench_session, rate_run
 
 
 def measure(bench: Bench, system: str, tag: str, rate: float, seconds: float, sample_s: float) -> dict[str, Any]:
@@ -67,38 +68,33 @@ def measure(bench: Bench, system: str, tag: str, rate: float, seconds: float, sa
 
 
 def table(results: list[dict[str, Any]]) -> str:
-    lines = ["| system | run | requests per endpoint (median) | new connections per endpoint: median (min–max) "
-             "| connections in all (sampled during the run) | p50 / p99 |", "| --- | --- | --- | --- | --- | --- |"]
-    for r in results:
+    def row(r: dict[str, Any]) -> list[str]:
         per = r["connections_per_endpoint"]
-        lines.append(f"| {r['system']} | {r['run']} | {statistics.median(r['requests_per_endpoint']):,.0f} "
-                     f"| {statistics.median(per):g} ({per[0]}–{per[-1]}) | {r['connections_in_all']} "
-                     f"({', '.join(f'{n} at {t} s' for t, n in r['connections_in_all_over_time'])}) "
-                     f"| {r['latency_p50_s']:.2f} / {r['latency_p99_s']:.2f} s |")
-    return "\n".join(lines)
+        return [r["system"], str(r["run"]), f"{statistics.median(r['requests_per_endpoint']):,.0f}",
+                f"{statistics.median(per):g} ({per[0]}–{per[-1]})",
+                f"{r['connections_in_all']} ({', '.join(f'{n} at {t} s' for t, n in r['connections_in_all_over_time'])})",
+                f"{r['latency_p50_s']:.2f} / {r['latency_p99_s']:.2f} s"]
+
+    return markdown_table(["system", "run", "requests per endpoint (median)",
+                           "new connections per endpoint: median (min–max)",
+                           "connections in all (sampled during the run)", "p50 / p99"], map(row, results))
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--systems", default="job,senders,plain", help=f"some of {','.join(SYSTEMS)}")
+    parser = cli.parser(__doc__, runs=1)
+    parser.add_argument("--systems", type=cli.names(*SYSTEMS), default=["job", "senders", "plain"],
+                        help=f"some of {','.join(SYSTEMS)}")
     parser.add_argument("--rate", type=float, default=300)
     parser.add_argument("--seconds", type=float, default=300)
-    parser.add_argument("--runs", type=int, default=1)
     parser.add_argument("--sample-s", type=float, default=60, help="sample the connections in all this often")
-    # Unset: the job's own defaults (delivery_targets.Bench.settings_for reads these).
-    parser.add_argument("--trigger-interval", type=float, help="delivery.trigger_interval_s")
-    parser.add_argument("--per-trigger", type=int, help="delivery.max_offsets_per_trigger")
-    parser.add_argument("--send-partitions", type=int, help="delivery.send_partitions")
-    parser.add_argument("--deadline", type=float, help="delivery.stage_deadline_s")
+    cli.delivery_flags(parser)
     args = parser.parse_args()
-    systems = args.systems.split(",")
-    if set(systems) - set(SYSTEMS):
-        parser.error(f"--systems takes some of {','.join(SYSTEMS)}")
+    systems = args.systems
     args.batch_per_trigger = None  # streaming only
     args.source_partitions = None  # the load generator's topics, a topic per domain (Bench.layout)
 
     results = []
-    with (fresh_stack(RESULTS / "connections-state", registry={"url_allow_list": ["127.0.0.1/32"]})
+    with (fresh_stack(RESULTS / "connections-state", registry={"url_allow_list": LOOPBACK})
           as (settings, database),
           bench_session(settings, database, args, spark="job" in systems) as bench):
         for run in range(args.runs):
@@ -106,7 +102,7 @@ def main() -> None:
                 result = measure(bench, system, f"c{run}{system}", args.rate, args.seconds, args.sample_s) | {"run": run}
                 print(json.dumps(result), flush=True)
                 results.append(result)
-    record_results(f"connections-{int(time.time())}", {"args": vars(args), "results": results})
+    record_results(f"connections-{int(time.time())}", {"args": vars(args), "results": results}, args.out)
     print(table(results))
 
 

@@ -29,13 +29,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import random
 import shutil
 import signal
 import statistics
 import subprocess
-import sys
 import threading
 import time
 from collections import Counter
@@ -46,7 +46,12 @@ import orjson
 from aiohttp import web
 from confluent_kafka import Producer
 
-from fresh_stack import RESULTS, fresh_stack, record_results
+from toolkit import cli
+from toolkit.produce import paced
+from toolkit.receiver import serve
+from toolkit.results import RESULTS, record_results
+from toolkit.stack import LOOPBACK, fresh_stack, stop, wayline
+from toolkit.waiting import wait_until
 from wayline.core.kafka import ensure_topics
 from wayline.core.secret import Secret
 from wayline.core.settings import Settings
@@ -98,12 +103,7 @@ class Receiver:
         async def run() -> None:
             app = web.Application()
             app.router.add_post("/{path}", self.handle)
-            runner = web.AppRunner(app, access_log=None)
-            await runner.setup()
-            site = web.TCPSite(runner, "127.0.0.1", 0)
-            await site.start()
-            host, port = runner.addresses[0][:2]
-            ready.append(f"http://{host}:{port}")
+            ready.append(f"http://127.0.0.1:{await serve(app)}")
             started.set()
             await asyncio.Event().wait()
 
@@ -131,58 +131,51 @@ def produce(bootstrap: str, topics: list[str], event_type: str, rate: float, sto
             produced: list[int]) -> None:
     """``rate`` events/s until ``stop`` is set; how many, in ``produced``."""
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
-    started = time.monotonic()
-    n = 0
-    while not stop.is_set():
-        producer.produce(topics[n % len(topics)], orjson.dumps({
-            "specversion": "1.0", "id": f"crash-{n}", "source": "/bench", "type": event_type,
-            "tenantid": "bench-t", "data": {"n": n}}))
+    sent = 0
+    for due in paced(rate, tick_s=min(1 / rate, 0.01), stop=stop):
+        for n in range(sent, sent + due):
+            producer.produce(topics[n % len(topics)], orjson.dumps({
+                "specversion": "1.0", "id": f"crash-{n}", "source": "/bench", "type": event_type,
+                "tenantid": "bench-t", "data": {"n": n}}))
+        sent += due
         producer.poll(0)
-        n += 1
-        pause = started + n / rate - time.monotonic()
-        if pause > 0:
-            time.sleep(pause)
     producer.flush(30)
-    produced.append(n)
+    produced.append(sent)
 
 
 def start_job(settings: Settings, label: str, src: Path | None) -> subprocess.Popen[bytes]:
-    environment = os.environ | {
+    environment = {
         "WAYLINE_STATE_DIR": str(settings.state_dir),
+        # The jars of this checkout, also for a job run from another source tree (--src).
         "WAYLINE_SPARK__JARS_DIR": str(REPO / "jars" / "spark"),
         "WAYLINE_KAFKA__EVENT_TOPIC_PREFIX": PREFIX,
         "WAYLINE_DELIVERY__METRICS_PORT": "0",
         "WAYLINE_DELIVERY__BATCH_TOPIC": f"wayline.crashbench.{label}.batching",
         "WAYLINE_DELIVERY__STAGE_DEADLINE_S": "5",
-        # The receivers listen on 127.0.0.1, which the transport refuses unless allowed.
-        "WAYLINE_REGISTRY__URL_ALLOW_LIST": '["127.0.0.1/32"]',
+        "WAYLINE_REGISTRY__URL_ALLOW_LIST": json.dumps(LOOPBACK),
         "COLUMNS": "120",
     }
     if src is not None:
         environment["PYTHONPATH"] = os.pathsep.join(filter(None, [str(src.resolve()), os.environ.get("PYTHONPATH")]))
-    with (settings.state_dir / f"{label}.log").open("ab") as out:
-        return subprocess.Popen([sys.executable, "-m", "wayline.cli.main", "run", "delivery"], env=environment,
-                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    return wayline("run", "delivery", env=environment, log=settings.state_dir / f"{label}.log", group=True)
 
 
 def kill_hard(job: subprocess.Popen[bytes]) -> None:
-    os.killpg(job.pid, signal.SIGKILL)
-    job.wait(timeout=60)
+    stop(job, how=signal.SIGKILL, group=True)
 
 
 def wait_for_delivery(receiver: Receiver, since: int, job: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + STARTUP_S
-    while receiver.counts()[0] <= since:
+    def delivered() -> bool:
         if job.poll() is not None:
             raise RuntimeError(f"the delivery job exited with {job.returncode}; see its log")
-        if time.monotonic() > deadline:
-            raise RuntimeError("the delivery job delivered nothing after starting")
-        time.sleep(0.2)
+        return receiver.counts()[0] > since
+
+    wait_until(delivered, "the delivery job's first delivery after it started", STARTUP_S, every_s=0.2)
 
 
 def wait_quiet(receiver: Receiver, for_s: float) -> None:
-    while time.monotonic() - receiver.last_at < for_s:
-        time.sleep(0.2)
+    wait_until(lambda: time.monotonic() - receiver.last_at >= for_s, "the receiver to go quiet", math.inf,
+               every_s=0.2)
 
 
 def run(settings: Settings, database: Database, args: argparse.Namespace, label: str, src: Path | None,
@@ -244,7 +237,7 @@ def run(settings: Settings, database: Database, args: argparse.Namespace, label:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = cli.parser(__doc__)
     parser.add_argument("--kills", type=int, default=3)
     parser.add_argument("--rate", type=float, default=20, help="events/s produced")
     parser.add_argument("--tail", type=float, default=30.0, help="seconds the run goes on after the last restart")
@@ -259,12 +252,12 @@ def main() -> None:
 
     state = RESULTS / "crash_duplicates-state"
     results = []
-    with fresh_stack(state, registry={"url_allow_list": ["127.0.0.1/32"]}) as (settings, database):
+    with fresh_stack(state, registry={"url_allow_list": LOOPBACK}) as (settings, database):
         if args.src is not None:
             results.append(run(settings, database, args, "before", args.src))
         results.append(run(settings, database, args, "after", None))
     summary = {"args": {k: str(v) for k, v in vars(args).items()}, "results": results}
-    record_results("crash_duplicates", summary)
+    record_results("crash_duplicates", summary, args.out)
     print(json.dumps(summary, indent=2))
 
 

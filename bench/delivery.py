@@ -22,75 +22,38 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing
-import os
 import statistics
 import time
-import urllib.request
-from pathlib import Path
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
-from fresh_stack import RESULTS, fresh_stack, record_results
+from toolkit import cli
+from toolkit.processes import processes, spark_jvms
+from toolkit.receiver import Trust, stats
+from toolkit.results import RESULTS, record_results
+from toolkit.stack import LOOPBACK, fresh_stack
+from toolkit.systems import bench_session, shape
+from toolkit.waiting import while_arriving
 from wayline.core.kafka import ensure_topics
 from wayline.core.settings import Settings
 from wayline.delivery.metrics import DeliveryMetrics
 from wayline.pipelines.delivery import start_delivery
 from wayline.registry import subscription
 from wayline.registry.db import Database
-from wayline.registry.endpoint import EndpointService, NoAuth
+from wayline.registry.endpoint import EndpointService
 from wayline.stack import loadgen
-from wayline.stack.receiver import Receiver, ReceiverServer
-from wayline.stack.seed import SeedEndpoint, seed
-from wayline.stack.spark import spark_session
+from wayline.stack.seed import seed
 
-ENDPOINTS = 5
 STREAMING_PER_TRIGGER = 10_000
 STAGE_DEADLINE_S = 10.0
 STALL_S = 300
 
 
-def receive(port_out: Any, secrets_in: Any) -> None:
-    """The receiver process: serve until killed; secrets arrive after the registry is seeded."""
-    receiver = Receiver()
-    server = ReceiverServer(receiver)
-    port_out.send(server.port)
-    while True:
-        receiver.trust(secrets_in.recv())
-
-
-def stats(url: str) -> dict[str, dict[str, Any]]:
-    with urllib.request.urlopen(f"{url}/stats", timeout=30) as answer:
-        return json.loads(answer.read())
-
-
-def shape(mode: subscription.Mode, run: str) -> list[SeedEndpoint]:
-    names = [t.name for t in loadgen.catalog()]
-    per = len(names) // ENDPOINTS
-    extra: dict[str, Any] = {"max_count": 1000, "max_wait_ms": 1000} if mode == "batch" else {}
-    return [
-        SeedEndpoint(f"/{run}/{mode}/{n}", "Bench", NoAuth(), (subscription.SubscriptionIn(
-            endpoint_id="", event_types=names[n * per:(n + 1) * per], mode=mode, **extra),))
-        for n in range(ENDPOINTS)
-    ]
-
-
 def java_peak_rss_mb() -> float:
-    """Peak resident memory of this process's Java children (the Spark driver JVM)."""
-    peak = 0
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            status = Path(f"/proc/{pid}/status").read_text()
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-        except OSError:
-            continue
-        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
-        if int(fields["PPid"]) == os.getpid() and b"java" in cmdline and b"SparkSubmit" in cmdline:
-            peak = max(peak, int(fields["VmHWM"].split()[0]))
-    return peak / 1024
+    """Peak resident memory of this process's Spark driver JVM."""
+    found = processes()
+    return max((found[pid].peak_mb for pid in spark_jvms(found)), default=0.0)
 
 
 def consume_all(bootstrap: str, topics: list[str], partitions: int, count: int) -> float:
@@ -108,7 +71,7 @@ def consume_all(bootstrap: str, topics: list[str], partitions: int, count: int) 
         consumer.close()
 
 
-def one_run(spark: Any, base: Settings, database: Database, receiver_url: str, secrets_out: Any, run: str,
+def one_run(spark: Any, base: Settings, database: Database, receiver_url: str, trust: Trust, run: str,
             mode: subscription.Mode, events: int, rate: float | None) -> dict[str, Any]:
     prefix = f"bench.{run}.{mode}."
     # Streaming mode sends one request per event: a micro-batch must be small enough for
@@ -123,7 +86,7 @@ def one_run(spark: Any, base: Settings, database: Database, receiver_url: str, s
     ensure_topics(settings.kafka_bootstrap(), topics, settings.kafka.topic_partitions)
     endpoints = EndpointService.from_settings(settings)
     seeded = seed(database, endpoints, receiver_url, shape(mode, run))
-    secrets_out.send(seeded.secrets)
+    trust(seeded.secrets)
     factory = loadgen.EventFactory(topic_prefix=prefix, run_id=run)
     result: dict[str, Any] = {"mode": mode, "events": events}
     if rate is None:  # a backlog: produced first, then drained
@@ -137,16 +100,10 @@ def one_run(spark: Any, base: Settings, database: Database, receiver_url: str, s
     try:
         if rate is not None:
             loadgen.produce(settings.kafka_bootstrap(), factory.records(events), rate=rate)
-        ours: dict[str, dict[str, Any]] = {}
-        seen, moved_at = 0, time.time()
-        while time.time() - moved_at < STALL_S and job.isActive:
-            ours = {p: s for p, s in stats(receiver_url).items() if p.startswith(f"/{run}/{mode}/")}
-            now_seen = sum(s["events"] for s in ours.values())
-            if now_seen >= events:
-                break
-            if now_seen > seen:
-                seen, moved_at = now_seen, time.time()
-            time.sleep(0.5)
+        ours = while_arriving(
+            lambda: {p: s for p, s in stats(receiver_url).items() if p.startswith(f"/{run}/{mode}/")},
+            lambda paths: sum(s["events"] for s in paths.values()), events, stall_s=STALL_S,
+            alive=lambda: job.isActive)
         assert job.exception() is None, job.exception()
         # Where each micro-batch's time went (addBatch is the foreachBatch body).
         result["micro_batches"] = [
@@ -174,8 +131,7 @@ def one_run(spark: Any, base: Settings, database: Database, receiver_url: str, s
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--runs", type=int, default=3)
+    parser = cli.parser(__doc__, runs=3)
     parser.add_argument("--batch-events", type=int, default=400_000)
     parser.add_argument("--streaming-events", type=int, default=100_000)
     parser.add_argument("--latency-rate", type=float, default=2000)
@@ -183,39 +139,31 @@ def main() -> None:
     parser.add_argument("--measures", default="batch,streaming,latency", help="which of the three to run")
     args = parser.parse_args()
 
-    with fresh_stack(RESULTS / "delivery-state", registry={"url_allow_list": ["127.0.0.1/32"]}) as (settings, database):
+    with fresh_stack(RESULTS / "delivery-state", registry={"url_allow_list": LOOPBACK}) as (settings, database):
         results, peak_mb = run_all(settings, database, args)
     summary = {"spark_jvm_peak_rss_mb": peak_mb, "runs": results}
-    record_results(f"delivery-{int(time.time())}", summary)
+    record_results(f"delivery-{int(time.time())}", summary, args.out)
     print(json.dumps(summary, indent=2))
 
 
 def run_all(settings: Settings, database: Database, args: argparse.Namespace) -> tuple[list[dict[str, Any]], float]:
     """Every run of the chosen measures; the results, and the Spark JVM's peak resident memory."""
-    port_in, port_out = multiprocessing.Pipe(duplex=False)
-    secrets_in, secrets_out = multiprocessing.Pipe(duplex=False)
-    receiver = multiprocessing.Process(target=receive, args=(port_out, secrets_in), daemon=True)
-    receiver.start()
-    receiver_url = f"http://127.0.0.1:{port_in.recv()}"
-    spark = spark_session(settings)
     results: list[dict[str, Any]] = []
-    try:
+    with bench_session(settings, database, args) as bench:
         for n in range(args.runs):
             run = f"r{n}{int(time.time())}"
             measures = args.measures.split(",")
             if "batch" in measures:
-                results.append(one_run(spark, settings, database, receiver_url, secrets_out, run, "batch",
+                results.append(one_run(bench.spark, settings, database, bench.receiver_url, bench.trust, run, "batch",
                                        args.batch_events, None))
             if "streaming" in measures:
-                results.append(one_run(spark, settings, database, receiver_url, secrets_out, run, "streaming",
-                                       args.streaming_events, None))
+                results.append(one_run(bench.spark, settings, database, bench.receiver_url, bench.trust, run,
+                                       "streaming", args.streaming_events, None))
             if "latency" in measures:
-                results.append(one_run(spark, settings, database, receiver_url, secrets_out, run + "l", "streaming",
-                                       int(args.latency_rate * args.latency_seconds), args.latency_rate))
-    finally:
+                results.append(one_run(bench.spark, settings, database, bench.receiver_url, bench.trust, run + "l",
+                                       "streaming", int(args.latency_rate * args.latency_seconds), args.latency_rate))
+        # Before the session stops its JVM.
         peak_mb = java_peak_rss_mb()
-        spark.stop()
-        receiver.kill()
     return results, peak_mb
 
 

@@ -31,26 +31,27 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import multiprocessing
 import os
 import random
 import shutil
-import signal
-import statistics
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import orjson
 from aiohttp import web
 from confluent_kafka import Producer
 
-from delivery_targets import senders_process
-from fresh_stack import fresh_stack, machine
+from toolkit import cli
+from toolkit.produce import paced
+from toolkit.receiver import serve, serving
+from toolkit.results import RESULTS, record_results
+from toolkit.stack import LOOPBACK, fresh_stack, stop, wayline
+from toolkit.stats import quantile
+from toolkit.systems import senders_process
+from toolkit.waiting import while_arriving
 from wayline.core.kafka import ensure_topics
 from wayline.core.settings import Settings
 from wayline.delivery.metrics import DeliveryMetrics
@@ -61,7 +62,6 @@ from wayline.registry.db import Database
 from wayline.registry.endpoint import EndpointIn, EndpointService
 from wayline.stack.spark import spark_session
 
-RESULTS = Path(__file__).parent / "results"
 PER_CUSTOMER = 100
 # Give up when nothing new arrived for this long (the first arrival may take longer: the
 # job's first micro-batch loads the snapshot and starts Python workers).
@@ -110,11 +110,7 @@ def receive(port_out: Any) -> None:
         app.router.add_post("/fail/{scenario}/{n}", fail)
         app.router.add_post("/hang/{scenario}/{n}", hang)
         app.router.add_get("/stats/{phase}", stats)
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        port_out.send(runner.addresses[0][1])
+        port_out.send(await serve(app))
         await asyncio.Event().wait()
 
     asyncio.run(main())
@@ -156,18 +152,20 @@ def register(database: Database, settings: Settings, receiver: str, scenario: st
 
 def produce(bootstrap: str, topic: str, event_type: str, scenario: str, phase: str, targets: list[int],
             rate: float | None) -> None:
+    """An event to each of ``targets`` in turn (an index of the endpoint, so of its tenant),
+    ``rate`` per second or (None) all at once."""
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
-    started = time.monotonic()
-    for i, n in enumerate(targets):
-        if rate is not None:
-            wait = started + i / rate - time.monotonic()
-            if wait > 0:
-                time.sleep(wait)
-        producer.produce(topic, orjson.dumps({
-            "specversion": "1.0", "id": f"{phase}-{i}", "source": "/bench", "type": event_type,
-            "tenantid": f"{scenario}-{n}", "data": {"sent": time.time()},
-        }))
-        producer.poll(0)
+    sent = 0
+    for due in [len(targets)] if rate is None else paced(rate, tick_s=0.001):
+        for i in range(sent, min(sent + due, len(targets))):
+            producer.produce(topic, orjson.dumps({
+                "specversion": "1.0", "id": f"{phase}-{i}", "source": "/bench", "type": event_type,
+                "tenantid": f"{scenario}-{targets[i]}", "data": {"sent": time.time()},
+            }))
+            producer.poll(0)
+        sent += due
+        if sent >= len(targets):
+            break
     producer.flush(60)
 
 
@@ -208,19 +206,14 @@ def start_engine(engine: str, spark: Any, settings: Settings, database: Database
 
 
 def wait_for(receiver: str, phase: str, expected: int, delivering: Delivering) -> dict[str, Any]:
-    seen, moved_at = 0, time.time()
-    while True:
-        got = phase_stats(receiver, phase)
-        patience = STALL_S if seen else FIRST_ARRIVAL_S
-        if got["count"] >= expected or time.time() - moved_at > patience or not delivering.alive():
-            if not delivering.alive():
-                raise RuntimeError(f"the delivery job stopped during phase {phase}")
-            if not got["count"]:
-                raise RuntimeError(f"nothing of phase {phase} arrived in {patience:g} s")
-            return got
-        if got["count"] > seen:
-            seen, moved_at = got["count"], time.time()
-        time.sleep(1.0)
+    """The phase's arrivals once ``expected`` came, or (fewer) once they stopped coming."""
+    got = while_arriving(lambda: phase_stats(receiver, phase), lambda g: g["count"], expected, stall_s=STALL_S,
+                         first_s=FIRST_ARRIVAL_S, every_s=1.0, alive=delivering.alive)
+    if not delivering.alive():
+        raise RuntimeError(f"the delivery job stopped during phase {phase}")
+    if not got["count"]:
+        raise RuntimeError(f"nothing of phase {phase} arrived in {FIRST_ARRIVAL_S:g} s")
+    return got
 
 
 def scenario_run(spark: Any, base: Settings, database: Database, receiver: str, engine: str, scenario: str,
@@ -261,8 +254,7 @@ def scenario_run(spark: Any, base: Settings, database: Database, receiver: str, 
         latencies = got["latencies"]
         result |= {"steady_healthy_expected": expected, "steady_healthy_delivered": got["count"],
                    "steady_healthy_repeats": got["repeats"],
-                   "steady_p50_s": statistics.median(latencies),
-                   "steady_p99_s": latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))]}
+                   "steady_p50_s": quantile(latencies, 0.5), "steady_p99_s": quantile(latencies, 0.99)}
         job.alive()
     finally:
         job.stop()
@@ -273,30 +265,17 @@ def scenario_run(spark: Any, base: Settings, database: Database, receiver: str, 
 
 def start_retry_process(settings: Settings, deadline: float) -> subprocess.Popen[bytes]:
     """`wayline run retries` for every scenario, in its own process group (stopped by its pid)."""
-    environment = os.environ | {
+    return wayline("run", "retries", env={
         "WAYLINE_STATE_DIR": str(settings.state_dir),
         "WAYLINE_DELIVERY__STAGE_DEADLINE_S": str(deadline),
-        # The receivers listen on 127.0.0.1, which the transport refuses unless allowed.
-        "WAYLINE_REGISTRY__URL_ALLOW_LIST": '["127.0.0.1/32"]',
+        "WAYLINE_REGISTRY__URL_ALLOW_LIST": json.dumps(LOOPBACK),
         "WAYLINE_DELIVERY__OPERATIONS_TOPIC": "bench.operations",
         "WAYLINE_DELIVERY__RETRY_METRICS_PORT": "0",
-    }
-    log = (settings.state_dir / "retries.log").open("wb")
-    return subprocess.Popen([sys.executable, "-m", "wayline.cli.main", "run", "retries"], env=environment,
-                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-
-
-def stop_process_group(process: subprocess.Popen[bytes]) -> None:
-    os.killpg(process.pid, signal.SIGINT)
-    try:
-        process.wait(60)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
+    }, log=settings.state_dir / "retries.log", group=True)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = cli.parser(__doc__, runs=1)
     parser.add_argument("--endpoints", type=int, default=2000)
     parser.add_argument("--backlog", type=int, default=20_000)
     parser.add_argument("--rate", type=float, default=1000)
@@ -305,45 +284,37 @@ def main() -> None:
     # Small micro-batches: a streaming stage's requests must finish within the deadline on a
     # loaded 2-core machine, or the healthy run itself spills into the retry store.
     parser.add_argument("--per-trigger", type=int, default=1000, help="kafka.max_offsets_per_trigger")
-    parser.add_argument("--runs", type=int, default=1)
     parser.add_argument("--warmup", type=int, default=1, help="untimed events per endpoint before the backlog")
     parser.add_argument("--settle", type=float, default=20.0, help="seconds after the warm-up before timing")
-    parser.add_argument("--engines", default="micro_batch", help=f"delivery.engine, some of {','.join(ENGINES)}")
+    parser.add_argument("--engines", type=cli.names(*ENGINES), default=["micro_batch"],
+                        help=f"delivery.engine, some of {','.join(ENGINES)}")
     args = parser.parse_args()
-    if set(args.engines.split(",")) - set(ENGINES):
-        parser.error(f"--engines takes some of {','.join(ENGINES)}")
 
     state = RESULTS / "delivery_failures-state"
-    with fresh_stack(state, registry={"url_allow_list": ["127.0.0.1/32"]}) as (settings, database):
+    with fresh_stack(state, registry={"url_allow_list": LOOPBACK}) as (settings, database):
         results = run_all(settings, database, args)
-    summary = {**machine(), "args": vars(args), "results": results}
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "delivery_failures.json").write_text(json.dumps(summary, indent=2))
-    print(json.dumps(summary, indent=2))
+    written = record_results("delivery_failures", {"args": vars(args), "results": results}, args.out)
+    print(written.read_text())
 
 
 def run_all(settings: Settings, database: Database, args: argparse.Namespace) -> list[dict[str, Any]]:
-    port_in, port_out = multiprocessing.Pipe(duplex=False)
-    receiver_process = multiprocessing.Process(target=receive, args=(port_out,), daemon=True)
-    receiver_process.start()
-    receiver = f"http://127.0.0.1:{port_in.recv()}"
-    retries = start_retry_process(settings, args.deadline)
-    engines = args.engines.split(",")
-    # The senders engine runs its own Spark, in `wayline run delivery`.
-    spark = spark_session(settings) if "micro_batch" in engines else None
     results: list[dict[str, Any]] = []
-    try:
-        for n in range(args.runs):
-            for engine in engines:
-                # Alternate the order, so neither scenario always runs on a warmer JVM.
-                for faulty in ((False, True) if n % 2 == 0 else (True, False)):
-                    scenario = f"{engine[0]}{'faulty' if faulty else 'healthy'}{n}"
-                    results.append(scenario_run(spark, settings, database, receiver, engine, scenario, faulty, args))
-    finally:
-        if spark is not None:
-            spark.stop()
-        stop_process_group(retries)
-        receiver_process.kill()
+    with serving(receive) as receiver:
+        retries = start_retry_process(settings, args.deadline)
+        # The senders engine runs its own Spark, in `wayline run delivery`.
+        spark = spark_session(settings) if "micro_batch" in args.engines else None
+        try:
+            for n in range(args.runs):
+                for engine in args.engines:
+                    # Alternate the order, so neither scenario always runs on a warmer JVM.
+                    for faulty in ((False, True) if n % 2 == 0 else (True, False)):
+                        scenario = f"{engine[0]}{'faulty' if faulty else 'healthy'}{n}"
+                        results.append(scenario_run(spark, settings, database, receiver, engine, scenario, faulty,
+                                                    args))
+        finally:
+            if spark is not None:
+                spark.stop()
+            stop(retries, group=True)
     return results
 
 

@@ -22,7 +22,6 @@ A client whose package is missing is reported as skipped.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import importlib.util
 import multiprocessing
@@ -32,7 +31,7 @@ import statistics
 import sys
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
 
@@ -41,6 +40,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 import orjson  # noqa: E402
 from aiohttp import web  # noqa: E402
 
+from toolkit import cli  # noqa: E402
+from toolkit.receiver import serve, serving  # noqa: E402
+from toolkit.results import record_results  # noqa: E402
 from wayline.core.secret import Secret  # noqa: E402
 from wayline.core.settings import HttpClientName  # noqa: E402
 from wayline.delivery.signing import message_id, signed_headers  # noqa: E402
@@ -90,11 +92,7 @@ def receive(port_out: multiprocessing.connection.Connection) -> None:
         app = web.Application()
         app.router.add_post("/hook", hook)
         app.router.add_get("/count", count)
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0, backlog=1024)
-        await site.start()
-        port_out.send(runner.addresses[0][1])
+        port_out.send(await serve(app, backlog=1024))
         await asyncio.Event().wait()
 
     asyncio.run(main())
@@ -221,20 +219,16 @@ async def run_once(name: str, url: str, payloads: list[tuple[bytes, dict[str, st
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = cli.parser(__doc__, runs=3)
     parser.add_argument("--requests", type=int, default=20_000)
     parser.add_argument("--concurrency", type=int, default=64)
-    parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--clients", nargs="*", default=list(CLIENTS))
     args = parser.parse_args()
     if not 1 <= args.requests <= 1_000_000:
         parser.error("--requests must be between 1 and 1,000,000 (this is a bounded local benchmark)")
 
-    ours, theirs = multiprocessing.Pipe()
-    receiver = multiprocessing.get_context("spawn").Process(target=receive, args=(theirs,), daemon=True)
-    receiver.start()
-    try:
-        url = f"http://127.0.0.1:{ours.recv()}/hook"
+    with serving(receive, context=multiprocessing.get_context("spawn")) as base:
+        url = f"{base}/hook"
         payloads = [request_for(n) for n in range(args.requests)]
         print(f"{args.requests} signed POSTs of {len(payloads[0][0])} bytes, {args.concurrency} in flight, "
               f"median of {args.runs} runs; receiver: aiohttp in its own process")
@@ -258,9 +252,10 @@ def main() -> None:
                 f"{name:<16} {statistics.median(r.per_s for r in runs[name]):>15,.0f} {rates:>26} "
                 f"{statistics.median(r.cpu_us for r in runs[name]):>18,.0f}{note}"
             )
-    finally:
-        receiver.terminate()
-        receiver.join()
+    record_results("delivery_http_clients", {
+        "args": vars(args), "runs": {name: [asdict(r) for r in found] for name, found in runs.items()},
+        "median_per_s": {name: statistics.median(r.per_s for r in found) for name, found in runs.items()},
+        "median_cpu_us": {name: statistics.median(r.cpu_us for r in found) for name, found in runs.items()}}, args.out)
 
 
 if __name__ == "__main__":

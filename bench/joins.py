@@ -23,7 +23,6 @@ It starts its own stack under bench/results/joins-<only|all>-state and stops it 
 
 from __future__ import annotations
 
-import argparse
 import random
 import shutil
 import statistics
@@ -33,20 +32,21 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import orjson
-from confluent_kafka import Producer
 from sqlalchemy import delete
 
-from fresh_stack import RESULTS, record_results
+from toolkit import cli
+from toolkit.produce import produce_all
+from toolkit.results import RESULTS, record_results
+from toolkit.stack import fresh_stack
+from toolkit.waiting import wait_until
 from wayline.core.kafka import ensure_topics
 from wayline.core.settings import Settings
 from wayline.registry import reference
 from wayline.registry import rule as rule_service
 from wayline.registry.access import ADMIN
-from wayline.registry.db import Database, make_engine, migrate
+from wayline.registry.db import Database
 from wayline.registry.models import Rule
-from wayline.stack import local
 
-REPO = Path(__file__).resolve().parents[1]
 T0 = datetime(2026, 3, 1, tzinfo=timezone.utc)
 PER_SIDE_RATE = 10_000  # events/s of event time, per side of the interval join
 TABLE = "customers"
@@ -55,20 +55,6 @@ ENRICH = (f"SELECT e.id, e.data.amount AS amount, c.data.tier AS tier FROM event
 PAID = ("SELECT a.id AS order_id, b.id AS payment_id FROM events a JOIN events b ON a.data.order = b.data.order "
         "AND b.type = 'bench.payment' AND b.event_time BETWEEN a.event_time AND a.event_time + INTERVAL '{s}' SECOND "
         "WHERE a.type = 'bench.order'")
-
-
-def produce(bootstrap: str, topic: str, values) -> None:
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.num.messages": 10_000})
-    for n, value in enumerate(values):
-        while True:
-            try:
-                producer.produce(topic, value=value)
-                break
-            except BufferError:
-                producer.poll(0.1)
-        if n % 10_000 == 0:
-            producer.poll(0)
-    producer.flush(120)
 
 
 def orders(count: int, customers: int, seed: int = 7):
@@ -146,16 +132,13 @@ def run_once(spark, settings: Settings, database: Database, events: int, checkpo
         job = RulesJob(spark, settings, database, checkpoint).start()
         query = job.query
     try:
-        deadline = time.monotonic() + 1800
-        while time.monotonic() < deadline:
+        def read_all() -> bool:
             failed = job.failures() if joins else {}
             if failed or query.exception() is not None:
                 raise RuntimeError(f"the query failed: {failed or query.exception()}")
-            if sum(p["numInputRows"] for p in query.recentProgress) >= events:
-                break
-            time.sleep(1)
-        else:
-            raise RuntimeError("the query did not read every event within 30 minutes")
+            return sum(p["numInputRows"] for p in query.recentProgress) >= events
+
+        wait_until(read_all, "the query to read every event", 1800, every_s=1)
         busy = [p for p in query.recentProgress if p["numInputRows"] > 0]
         seconds = sum(p["durationMs"]["triggerExecution"] for p in busy) / 1000
         warm = busy[1:]
@@ -173,25 +156,17 @@ def run_once(spark, settings: Settings, database: Database, events: int, checkpo
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = cli.parser(__doc__, runs=3)
     parser.add_argument("--events", type=int, default=200_000)
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--interval-s", type=int, default=10)
-    parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--only", choices=("table", "interval"), help="run one of the two streams")
     args = parser.parse_args()
     streams = [args.only] if args.only else ["table", "interval"]
 
     state_dir = RESULTS / f"joins-{args.only or 'all'}-state"
-    shutil.rmtree(state_dir, ignore_errors=True)
-    base = Settings(state_dir=state_dir, spark={"jars_dir": REPO / "jars" / "spark"},
-                    stack={"broker_jars_dir": REPO / "jars" / "broker"})
-    local.up(base)
     results: dict[str, dict] = {}
-    try:
-        engine = make_engine(base.postgres_dsn())
-        migrate(engine)
-        database = Database(engine)
+    with fresh_stack(state_dir) as (base, database):
         bootstrap = base.kafka_bootstrap()
         ensure_topics(bootstrap, ["bench.joins.out"], 2)
         if "table" in streams:
@@ -204,7 +179,7 @@ def main() -> None:
             values = orders(args.events, args.rows) if stream == "table" else orders_and_payments(args.events)
             prefix = f"events.bench.{stream}."
             ensure_topics(bootstrap, [prefix + "in"], 2)
-            produce(bootstrap, prefix + "in", values)
+            produce_all(bootstrap, ((prefix + "in", value, None) for value in values))
             settings = base.model_copy(update={
                 "kafka": base.kafka.model_copy(update={"event_topic_prefix": prefix, "max_offsets_per_trigger": 25_000}),
                 "rules": base.rules.model_copy(update={"join_starting_offsets": "earliest", "allowed_lateness_s": 1.0}),
@@ -220,12 +195,9 @@ def main() -> None:
                 print(f"{name:>28}: median {statistics.median(rates):>9,.0f} events/s  runs "
                       f"{', '.join(f'{r:,.0f}' for r in rates)}  state rows {last['state_rows']:,} "
                       f"bytes {last['state_bytes']:,}  cached {last['cached_bytes']:,} bytes", flush=True)
-        record_results(f"joins-{args.only or 'all'}", {
-            "events": args.events, "rows": args.rows, "interval_s": args.interval_s, "results": results})
         spark.stop()
-        engine.dispose()
-    finally:
-        local.down(base)
+    record_results(f"joins-{args.only or 'all'}", {
+        "events": args.events, "rows": args.rows, "interval_s": args.interval_s, "results": results}, args.out)
 
 
 if __name__ == "__main__":

@@ -32,10 +32,8 @@ producer stamped into it (``data.sent_ms``), both this machine's clock; the firs
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import statistics
 import threading
 import time
 import uuid
@@ -47,8 +45,13 @@ import orjson
 from confluent_kafka import Message, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from fresh_stack import fresh_stack, machine
-from topic_records import read_topic
+from toolkit import cli
+from toolkit.produce import paced
+from toolkit.results import record_results
+from toolkit.stack import LOOPBACK, fresh_stack
+from toolkit.stats import quantile
+from toolkit.topics import read_topic
+from toolkit.waiting import holds_within, wait_planned
 from wayline.core.secret import Secret
 from wayline.core.settings import DeliverySettings, Settings
 from wayline.delivery.metrics import DeliveryMetrics
@@ -63,6 +66,7 @@ ENDPOINTS = 5
 PARTITIONS = 2
 WARMUP_S = 5.0
 SYSTEMS = ("floor", "micro_batch", "realtime")
+SCENARIOS = ("steady", "backlog", "swap")
 RECEIVER = "http://127.0.0.1:9"  # never called: nothing here sends
 
 
@@ -148,20 +152,6 @@ def start(system: str, spark: Any, settings: Settings, database: Database, check
     return Running(job.stop, job.exception)
 
 
-def wait_running(spark: Any, running: Running, timeout_s: float = 180) -> None:
-    """Until the query has planned a batch (a real-time one: and launched its tasks)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if running.failure() is not None:
-            raise RuntimeError(str(running.failure())[:600])
-        active = spark.streams.active
-        if active and any(q.lastProgress is not None or q.status.get("isTriggerActive") for q in active):
-            time.sleep(3)
-            return
-        time.sleep(0.5)
-    raise TimeoutError("the query did not start")
-
-
 def event(n: int, tag: str) -> bytes:
     return orjson.dumps({"specversion": "1.0", "id": f"{tag}-{n}", "source": "/bench", "type": f"bench.t{n % TYPES}",
                          "tenantid": "bt", "data": {"sent_ms": time.time() * 1000}})
@@ -171,24 +161,17 @@ def produce(bootstrap: str, topic: str, tag: str, rate: int | None, count: int, 
             at_half: Any = None) -> int:
     """``count`` events at once (``rate`` None) or ``rate`` per second for ``seconds``."""
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5 if rate else 50, "acks": "1"})
-    sent, started, halved = 0, time.perf_counter(), False
-    while True:
-        elapsed = time.perf_counter() - started
-        due = count if rate is None else int(elapsed * rate)
-        if rate is not None and elapsed >= seconds:
-            break
-        while sent < due:
+    sent, half_at, halved = 0, time.monotonic() + seconds / 2, False
+    for due in [count] if rate is None else paced(rate, seconds, tick_s=0.001):
+        for _ in range(due):
             producer.produce(topic, event(sent, tag))
             sent += 1
             if sent % 10_000 == 0:
                 producer.poll(0)
-        if rate is None:
-            break
-        if at_half is not None and not halved and elapsed >= seconds / 2:
+        if at_half is not None and not halved and time.monotonic() >= half_at:
             halved = True
             at_half()
         producer.poll(0)
-        time.sleep(0.001)
     producer.flush(60)
     return sent
 
@@ -219,11 +202,10 @@ def measure(system: str, scenario: str, spark: Any, base: Settings, database: Da
     try:
         reader.start()
         if scenario == "backlog":
-            deadline = time.monotonic() + 600
-            while len(records) < backlog and time.monotonic() < deadline and running.failure() is None:
-                time.sleep(0.5)
+            # Until every record was appended; what arrived by the deadline is the figure.
+            holds_within(lambda: len(records) >= backlog or running.failure() is not None, 600)
         else:
-            wait_running(spark, running)
+            wait_planned(lambda: spark.streams.active, running.failure, 180)
             swapped: list[tuple[str, str, float]] = []
             endpoints = EndpointService.from_settings(settings)
             at_half = (lambda: swapped.append(add_subscription(database, endpoints, owner))) if scenario == "swap" \
@@ -232,11 +214,10 @@ def measure(system: str, scenario: str, spark: Any, base: Settings, database: Da
             result["sent"] = produce(bootstrap, topic, tag, rate, 0, seconds, at_half)
             # Until every event's request arrived and, after a registry change, one routed by
             # it: a real-time query takes the change at its next checkpoint.
-            deadline = time.monotonic() + 5 + (settings.delivery.realtime_checkpoint_s + 60) * (scenario == "swap")
-            while time.monotonic() < deadline and running.failure() is None and (
-                    len(records) < result["sent"]
-                    or (swapped and not any(key == swapped[0][0].encode() for _, _, key, _ in records[-2000:]))):
-                time.sleep(0.5)
+            holds_within(lambda: running.failure() is not None or (
+                len(records) >= result["sent"]
+                and not (swapped and not any(key == swapped[0][0].encode() for _, _, key, _ in records[-2000:]))),
+                5 + (settings.delivery.realtime_checkpoint_s + 60) * (scenario == "swap"))
     finally:
         stop.set()
         reader.join()
@@ -253,8 +234,8 @@ def measure(system: str, scenario: str, spark: Any, base: Settings, database: Da
         return result
     counted = sorted(a - s for s, a, _, _ in records if s >= begun + WARMUP_S)
     if counted:
-        q = statistics.quantiles(counted, n=100, method="inclusive")
-        result.update(p50_s=round(q[49], 3), p99_s=round(q[98], 3), max_s=round(counted[-1], 3), counted=len(counted))
+        result.update(p50_s=round(quantile(counted, 0.5), 3), p99_s=round(quantile(counted, 0.99), 3),
+                      max_s=round(counted[-1], 3), counted=len(counted))
     if scenario == "swap" and swapped:
         added, subscription_id, at = swapped[0]
         remove_subscription(database, subscription_id)
@@ -266,23 +247,20 @@ def measure(system: str, scenario: str, spark: Any, base: Settings, database: Da
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = cli.parser(__doc__, runs=1, out=("--out", "--results"))
     parser.add_argument("--rates", type=int, nargs="+", default=[300, 1000, 5000])
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--backlog-events", type=int, default=100_000)
-    parser.add_argument("--runs", type=int, default=1)
     parser.add_argument("--checkpoint-s", type=float, default=DeliverySettings().realtime_checkpoint_s,
                         help="delivery.realtime_checkpoint_s (default: the setting's default)")
-    parser.add_argument("--scenarios", default="steady,backlog,swap")
-    parser.add_argument("--systems", default=",".join(SYSTEMS))
+    parser.add_argument("--scenarios", type=cli.names(*SCENARIOS), default=list(SCENARIOS))
+    parser.add_argument("--systems", type=cli.names(*SYSTEMS), default=list(SYSTEMS))
     parser.add_argument("--state", type=Path, default=Path("/tmp/wayline-bench-matching"))
-    parser.add_argument("--results", type=Path, default=Path("bench/results/matching.json"))
     args = parser.parse_args()
-    scenarios, systems = args.scenarios.split(","), args.systems.split(",")
-    facts = machine()
+    scenarios, systems = args.scenarios, args.systems
     results: list[dict[str, Any]] = []
     with fresh_stack(args.state, spark={"master": "local[4]"},
-                     registry={"url_allow_list": ["127.0.0.1/32"]}) as (settings, database):
+                     registry={"url_allow_list": LOOPBACK}) as (settings, database):
         owner = seed(database, EndpointService.from_settings(settings))
         spark = spark_session(settings)
         for _ in range(args.runs):
@@ -297,8 +275,7 @@ def main() -> None:
                     print(json.dumps(result), flush=True)
                     results.append(result)
                     # After each measurement: a run that fails later keeps what it measured.
-                    args.results.parent.mkdir(parents=True, exist_ok=True)
-                    args.results.write_text(json.dumps({"machine": facts, "results": results}, indent=2))
+                    record_results("matching", {"results": results}, args.out)
         spark.stop()
 
 

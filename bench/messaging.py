@@ -15,13 +15,10 @@ Run: .venv/bin/python bench/messaging.py [--events 40000] [--batch 100] [--runs 
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
-import os
-import statistics
+import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -30,7 +27,12 @@ import httpx
 import orjson
 from confluent_kafka import Producer
 
-from fresh_stack import RESULTS, fresh_stack, record_results
+from toolkit import cli
+from toolkit.produce import send
+from toolkit.results import RESULTS, record_medians
+from toolkit.stack import fresh_stack, stop, wayline
+from toolkit.stats import quantile
+from toolkit.waiting import wait_until
 from wayline.core.kafka import ensure_topics
 from wayline.messaging.producer import producer_config
 from wayline.registry import api_key
@@ -77,8 +79,8 @@ async def publish_rate(
         await asyncio.gather(*(worker(bases[n % len(bases)]) for n in range(concurrency)))
         seconds = time.perf_counter() - started
     latencies.sort()
-    return {"publish_events_per_s": events / seconds, "publish_p50_ms": 1000 * latencies[len(latencies) // 2],
-            "publish_p99_ms": 1000 * latencies[int(len(latencies) * 0.99)]}
+    return {"publish_events_per_s": events / seconds, "publish_p50_ms": 1000 * quantile(latencies, 0.5),
+            "publish_p99_ms": 1000 * quantile(latencies, 0.99)}
 
 
 def poll_rate(base: str, key: str, topic: str, expected: int) -> float:
@@ -126,41 +128,36 @@ def raw_producer_rate(bootstrap: str, topic: str, count: int) -> float:
     values = [(orjson.dumps(event(n)), f"t-{n % 1000}".encode()) for n in range(count)]
     started = time.perf_counter()
     for value, key in values:
-        while True:
-            try:
-                producer.produce(topic, value, key)
-                break
-            except BufferError:
-                producer.poll(0.01)
+        send(producer, topic, value, key, backoff_s=0.01)
         producer.poll(0)
     producer.flush(60)
     return count / (time.perf_counter() - started)
 
 
 def serve(state: Path, port: int, instance: str) -> subprocess.Popen[bytes]:
-    env = os.environ | {"WAYLINE_STATE_DIR": str(state), "WAYLINE_MESSAGING__INSTANCE_ID": instance}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "wayline.cli.main", "serve", "messaging", "--port", str(port)],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
+    process = wayline("serve", "messaging", "--port", str(port),
+                      env={"WAYLINE_STATE_DIR": str(state), "WAYLINE_MESSAGING__INSTANCE_ID": instance})
+
+    def healthy() -> bool:
         try:
-            if httpx.get(f"http://127.0.0.1:{port}/health").status_code == 200:
-                return process
+            return httpx.get(f"http://127.0.0.1:{port}/health").status_code == 200
         except httpx.TransportError:
-            time.sleep(0.2)
-    process.terminate()
-    raise RuntimeError("the messaging API did not come up")
+            return False
+
+    try:
+        wait_until(healthy, "the messaging API to come up", 60, every_s=0.2)
+    except TimeoutError:
+        process.terminate()
+        raise
+    return process
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = cli.parser(__doc__, runs=3)
     parser.add_argument("--events", type=int, default=40_000)
     parser.add_argument("--batch", type=int, default=100)
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--txn-concurrency", type=int, default=4)
-    parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--instances", type=int, default=1, help="API processes side by side (stateless)")
     args = parser.parse_args()
     state = RESULTS / "messaging-state"
@@ -189,12 +186,8 @@ def main() -> None:
                 print(json.dumps(result), flush=True)
         finally:
             for server in servers:
-                server.terminate()
-                server.wait(timeout=30)
-    summary = {"args": vars(args), "runs": runs,
-               "medians": {k: statistics.median(r[k] for r in runs) for k in runs[0]}}
-    record_results("messaging", summary)
-    print(json.dumps(summary["medians"], indent=2))
+                stop(server, how=signal.SIGTERM, timeout_s=30)
+    print(json.dumps(record_medians("messaging", args, runs), indent=2))
 
 
 if __name__ == "__main__":

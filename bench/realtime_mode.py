@@ -26,10 +26,8 @@ A trigger that Spark refuses is reported with its error class and message, not h
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import statistics
 import threading
 import time
 import uuid
@@ -41,8 +39,13 @@ from confluent_kafka import Message, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from sqlalchemy import text
 
-from fresh_stack import fresh_stack, machine
-from topic_records import read_topic
+from toolkit import cli
+from toolkit.produce import paced
+from toolkit.results import record_results
+from toolkit.stack import fresh_stack
+from toolkit.stats import quantile
+from toolkit.topics import read_topic
+from toolkit.waiting import wait_planned
 from wayline.registry.db import make_engine
 from wayline.stack.spark import spark_session
 
@@ -101,16 +104,13 @@ def start_query(spark: Any, bootstrap: str, source: str, sink: str, trigger: dic
 def produce_steady(bootstrap: str, topic: str, rate: int, seconds: float) -> int:
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "acks": "1"})
     sent = 0
-    started = time.perf_counter()
-    while (elapsed := time.perf_counter() - started) < seconds:
-        due = int(elapsed * rate)
-        while sent < due:
+    for due in paced(rate, seconds, tick_s=0.001):
+        for _ in range(due):
             body = {"specversion": "1.0", "id": f"e{sent}", "source": "/bench", "type": f"type.{sent % TYPES}",
                     "tenantid": "t1", "time": "2026-11-24T00:00:00Z", "data": {"n": sent}}
             producer.produce(topic, json.dumps(body).encode())
             sent += 1
         producer.poll(0)
-        time.sleep(0.001)
     producer.flush(10)
     return sent
 
@@ -124,15 +124,7 @@ def latency_row(message: Message) -> tuple[float, float, float, str]:
 
 def wait_until_running(query: Any, timeout_s: float = 120) -> None:
     """Running means it has planned its first batch (and, in real-time mode, launched its tasks)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if query.exception() is not None:
-            raise query.exception()
-        if query.lastProgress is not None or query.status.get("isTriggerActive"):
-            time.sleep(3)  # real-time mode's long-running tasks start just after the first plan
-            return
-        time.sleep(0.5)
-    raise TimeoutError("the query did not start within 2 minutes")
+    wait_planned(lambda: [query], query.exception, timeout_s)
 
 
 class Swap:
@@ -199,8 +191,8 @@ def one_run(spark: Any, bootstrap: str, state: Path, run: str, name: str, trigge
         result["error_class"] = failure.getErrorClass() or type(failure).__name__
         result["error"] = str(failure).splitlines()[0][:600]
     if counted:
-        quantiles = statistics.quantiles(counted, n=100, method="inclusive")
-        result.update(p50_s=round(quantiles[49], 3), p99_s=round(quantiles[98], 3), max_s=round(counted[-1], 3))
+        result.update(p50_s=round(quantile(counted, 0.5), 3), p99_s=round(quantile(counted, 0.99), 3),
+                      max_s=round(counted[-1], 3))
     return result
 
 
@@ -254,16 +246,14 @@ def probe_variants(spark: Any, bootstrap: str, state: Path) -> list[dict[str, An
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = cli.parser(__doc__, runs=1, out=("--out", "--results"))
     parser.add_argument("--rates", type=int, nargs="+", default=[300, 1000])
     parser.add_argument("--seconds", type=float, default=30.0)
-    parser.add_argument("--runs", type=int, default=1)
     parser.add_argument("--probe", action="store_true",
                         help="instead: try what else real-time mode accepts (Python UDF, foreachBatch, ...)")
     parser.add_argument("--swap", action="store_true",
                         help="instead: read the routing table from PostgreSQL and rewrite it mid-run")
     parser.add_argument("--state", type=Path, default=Path("/tmp/wayline-bench-rtm"))
-    parser.add_argument("--results", type=Path, default=Path("bench/results/realtime_mode.json"))
     args = parser.parse_args()
     triggers = {
         # The duration is real-time mode's checkpoint interval, not a latency target: each
@@ -274,7 +264,7 @@ def main() -> None:
         "micro-batch": {"processingTime": "0 seconds"},
     }
     results: list[dict[str, Any]] = []
-    facts = machine()
+    load_before = os.getloadavg()  # the file's load average is the one after
     with fresh_stack(args.state) as (settings, _database):
         spark = spark_session(settings)
         spark.conf.set("spark.sql.shuffle.partitions", str(PARTITIONS))
@@ -294,9 +284,7 @@ def main() -> None:
                     print(json.dumps(result), flush=True)
                     results.append(result)
         spark.stop()
-    facts["load_average_after"] = os.getloadavg()
-    args.results.parent.mkdir(parents=True, exist_ok=True)
-    args.results.write_text(json.dumps({"machine": facts, "results": results}, indent=2))
+    record_results("realtime_mode", {"load_average_before": load_before, "results": results}, args.out)
 
 
 if __name__ == "__main__":

@@ -23,11 +23,11 @@ It starts its own stack under bench/results/recon-state and stops it at the end.
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import statistics
 import time
+from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -35,52 +35,38 @@ from typing import Any
 import orjson
 from confluent_kafka import Consumer, Producer
 
-from fresh_stack import fresh_stack, machine
+from toolkit import cli
+from toolkit.produce import produce_all
+from toolkit.results import RESULTS, record_results
+from toolkit.stack import fresh_stack
+from toolkit.waiting import wait_until
 from wayline.core.kafka import ensure_topics
 from wayline.core.settings import Settings
 from wayline.recon import reconciliation as service
 from wayline.registry.access import ADMIN
 from wayline.registry.db import Database
 
-REPO = Path(__file__).resolve().parents[1]
-RESULTS = REPO / "bench" / "results"
 T0 = datetime(2026, 3, 1, tzinfo=timezone.utc)
 AUDIT, EVENTS, OUT = "bench.recon.audit", "bench.recon.events", "bench.recon.out"
 HEARTBEAT = "wayline.recon.heartbeat"
 
 
-def _send(producer: Producer, topic: str, value: bytes) -> None:
-    while True:
-        try:
-            producer.produce(topic, value=value)
-            return
-        except BufferError:
-            producer.poll(0.1)
-
-
-def produce(bootstrap: str, ids: int) -> int:
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.num.messages": 10_000})
-    sent = 0
+def records_of(ids: int) -> Iterator[tuple[str, bytes, None]]:
+    """Per id its audit record and, for all but one in 1,000, its event a second later."""
     for n in range(ids):
         at = T0 + timedelta(seconds=3600 * n / ids)
-        _send(producer, AUDIT, orjson.dumps({
+        yield AUDIT, orjson.dumps({
             "specversion": "1.0", "id": f"a{n}", "source": "auditor", "type": "audit", "tenantid": "t",
             "time": at.isoformat(), "data": {"audited_id": f"e{n}", "audited_time": at.isoformat(), "system": "s"},
-        }))
-        sent += 1
+        }), None
         if n % 1000 != 999:
-            _send(producer, EVENTS, orjson.dumps({
+            yield EVENTS, orjson.dumps({
                 "specversion": "1.0", "id": f"e{n}", "source": "s", "type": "order", "tenantid": "t",
                 "time": (at + timedelta(seconds=1)).isoformat(), "data": {"n": n},
-            }))
-            sent += 1
-        if n % 10_000 == 0:
-            producer.poll(0)
-    producer.flush(120)
-    return sent
+            }), None
 
 
-def reconcile(database: Database, name: str) -> str:
+def reconcile(database: Database, settings: Settings, name: str) -> str:
     side = {"topics": [AUDIT], "id": "data.audited_id", "time": "data.audited_time", "source": "data.system"}
     with database.transaction() as session:
         for row in service.running(session):
@@ -89,7 +75,7 @@ def reconcile(database: Database, name: str) -> str:
             "name": name, "output_topic": OUT,
             "expected": {"role": "producer-expected", **side}, "actual": {"role": "actual", "topics": [EVENTS]},
             "periods": {"o": 60, "n": 30, "m": 7200, "z": 3600},
-        }), OUT).id
+        }), service.OutputTopics.from_settings(settings)).id
 
 
 class Progress:
@@ -116,13 +102,12 @@ class Progress:
 
 
 def wait_for(query, progress: Progress, records: int, timeout: float = 1800) -> None:
-    deadline = time.monotonic() + timeout
-    while progress.poll(query) < records:
+    def read_all() -> bool:
         if query.exception() is not None:
             raise RuntimeError(query.exception())
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"the query did not read {records} records within {timeout} s")
-        time.sleep(0.5)
+        return progress.poll(query) >= records
+
+    wait_until(read_all, f"the query to read {records} records", timeout)
 
 
 def baseline_once(spark, settings: Settings, database: Database, records: int, checkpoint: Path) -> dict[str, Any]:
@@ -200,29 +185,21 @@ def deadline_to_missing(settings: Settings, n: int) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = cli.parser(__doc__, runs=3)
     parser.add_argument("--ids", type=int, default=1_000_000)
-    parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
-    RESULTS.mkdir(parents=True, exist_ok=True)
     state = RESULTS / "recon-state"
-    base = Settings()
-    overrides = {
-        "spark": base.spark.model_copy(update={"jars_dir": REPO / "jars" / "spark"}),
-        "stack": base.stack.model_copy(update={"broker_jars_dir": REPO / "jars" / "broker"}),
-        "kafka": base.kafka.model_copy(update={"max_offsets_per_trigger": 200_000}),
-    }
-    with fresh_stack(state, **overrides) as (settings, database):
+    with fresh_stack(state, kafka={"max_offsets_per_trigger": 200_000}) as (settings, database):
         from wayline.stack.spark import spark_session
 
         ensure_topics(settings.kafka_bootstrap(), [AUDIT, EVENTS, OUT], 2)
         started = time.monotonic()
-        records = produce(settings.kafka_bootstrap(), args.ids)
+        records = produce_all(settings.kafka_bootstrap(), records_of(args.ids))
         print(f"produced {records:,} records in {time.monotonic() - started:.0f} s")
         spark = spark_session(settings)
         baselines, recons = [], []
         for run in range(args.runs):
-            reconcile(database, f"bench-{run}")
+            reconcile(database, settings, f"bench-{run}")
             baselines.append(baseline_once(spark, settings, database, records, state / f"cp-base-{run}"))
             print("baseline", baselines[-1])
             recons.append(recon_once(spark, settings, database, records, state / f"cp-recon-{run}",
@@ -230,7 +207,7 @@ def main() -> None:
             print("recon", recons[-1])
         spark.stop()
         result = {
-            **machine(), "ids": args.ids, "records": records, "runs": args.runs,
+            "ids": args.ids, "records": records, "runs": args.runs,
             "baseline_rate": statistics.median(r["rate"] for r in baselines),
             "recon_rate": statistics.median(r["rate"] for r in recons),
             "state_rows": recons[-1]["state_rows"], "state_bytes": recons[-1]["state_bytes"],
@@ -240,7 +217,7 @@ def main() -> None:
             "baselines": baselines, "recons": recons,
         }
     print(json.dumps(result, indent=1, default=str))
-    (RESULTS / "recon.json").write_text(json.dumps(result, indent=1, default=str))
+    record_results("recon", result, args.out)
 
 
 if __name__ == "__main__":

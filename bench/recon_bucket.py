@@ -14,14 +14,14 @@ Run: .venv/bin/python bench/recon_bucket.py [--ids 62500] [--batch 12500] [--run
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import time
 
 import numpy as np
 
-from fresh_stack import machine
+from toolkit import cli
+from toolkit.results import machine, record_results
 from wayline.recon.periods import Periods
 from wayline.recon.state import SIDE_ORDER, Bucket
 
@@ -52,10 +52,9 @@ def once(cut: list[tuple[np.ndarray, ...]], settle: bool) -> tuple[float, int]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = cli.parser(__doc__, runs=5)
     parser.add_argument("--ids", type=int, default=62_500)  # 1,000,000 ids over the job's 16 buckets
     parser.add_argument("--batch", type=int, default=12_500)  # 200,000 records a micro-batch over 16 buckets
-    parser.add_argument("--runs", type=int, default=5)
     args = parser.parse_args()
     cut = batches(args.ids, args.batch)
     records = sum(len(columns[0]) for columns in cut)
@@ -66,10 +65,11 @@ def main() -> None:
             seconds, held[name] = once(cut, settle)
             rates[name].append(records / seconds)
     medians = {name: statistics.median(values) for name, values in rates.items()}
-    print(json.dumps({**machine(), "ids": args.ids, "records": records, "batches": len(cut), "runs": rates,
-                      "median_records_per_s": medians, "ratio": medians["settled"] / medians["per_record"],
-                      "us_per_record": {name: 1e6 / rate for name, rate in medians.items()}, "held": held},
-                     indent=1, default=str))
+    summary = {"ids": args.ids, "records": records, "batches": len(cut), "runs": rates,
+               "median_records_per_s": medians, "ratio": medians["settled"] / medians["per_record"],
+               "us_per_record": {name: 1e6 / rate for name, rate in medians.items()}, "held": held}
+    record_results("recon_bucket", summary, args.out)
+    print(json.dumps({**machine(), **summary}, indent=1, default=str))
 
 
 if __name__ == "__main__":

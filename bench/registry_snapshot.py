@@ -15,28 +15,26 @@ It starts its own stack under bench/results/state and stops it at the end.
 
 from __future__ import annotations
 
-import argparse
 import json
-import platform
 import random
 import statistics
 import time
 from dataclasses import replace
-from datetime import datetime, timezone
 
 from sqlalchemy import insert
 
-from fresh_stack import RESULTS, record_results
+from toolkit import cli
+from toolkit.results import RESULTS, record_results
+from toolkit.stack import fresh_stack
 from wayline.core.kafka import ensure_topics
 from wayline.core.secret import Secret
-from wayline.core.settings import Settings
-from wayline.registry.db import Database, make_engine, migrate
+from wayline.registry.db import Database
 from wayline.registry.endpoint import EndpointService
 from wayline.registry.ids import new_id
 from wayline.registry.models import Customer, Endpoint, EventType, SigningSecret, Subscription, Tenant
 from wayline.registry.secrets import SecretBox
 from wayline.registry.snapshot import load_snapshot
-from wayline.stack import loadgen, local
+from wayline.stack import loadgen
 
 FILTERS = (
     [{"data.amount": {"$gte": float(threshold)}} for threshold in range(0, 1000, 50)]
@@ -101,23 +99,15 @@ def timed(action) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = cli.parser(__doc__, runs=5)
     parser.add_argument("--events", type=int, default=400_000)
-    parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--endpoints", type=int, default=10_000)
     parser.add_argument("--subscriptions", type=int, default=50_000)
     args = parser.parse_args()
 
-    settings = Settings(state_dir=RESULTS / "state-registry")
-    state = local.up(settings)
-    report: dict[str, object] = {
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "machine": platform.platform(),
-        "events": args.events, "runs": args.runs,
-    }
-    try:
-        engine = make_engine(settings.postgres_dsn())
-        migrate(engine)
-        database = Database(engine)
+    report: dict[str, object] = {"events": args.events, "runs": args.runs}
+    with fresh_stack(RESULTS / "state-registry") as (settings, database):
+        bootstrap = settings.kafka_bootstrap()
         service = EndpointService.from_settings(settings)
         seed_seconds = timed(lambda: seed_registry(database, SecretBox.from_settings(settings), random.Random(3),
                                                    args.endpoints, args.subscriptions))
@@ -149,10 +139,10 @@ def main() -> None:
         from wayline.pipelines.matching import match_events, match_table_frame
         from wayline.stack.spark import spark_session
 
-        ensure_topics(state.kafka_bootstrap, loadgen.topics(), settings.kafka.topic_partitions)
-        loadgen.produce(state.kafka_bootstrap, loadgen.EventFactory(seed=11).records(args.events))
+        ensure_topics(bootstrap, loadgen.topics(), settings.kafka.topic_partitions)
+        loadgen.produce(bootstrap, loadgen.EventFactory(seed=11).records(args.events))
         spark = spark_session(settings)
-        raw = (spark.read.format("kafka").option("kafka.bootstrap.servers", state.kafka_bootstrap)
+        raw = (spark.read.format("kafka").option("kafka.bootstrap.servers", bootstrap)
                .option("subscribePattern", "^events\\..*").option("includeHeaders", "true").load())
         events = valid_events(parse_events(raw, settings.envelope)).cache()
         events.count()
@@ -182,10 +172,7 @@ def main() -> None:
             match_s_runs=[round(t, 2) for t in match_times], matched_pairs=pairs_box[-1],
         )
         spark.stop()
-        engine.dispose()
-    finally:
-        local.down(settings)
-    record_results("registry_snapshot", report)
+    record_results("registry_snapshot", report, args.out)
     print(json.dumps(report, indent=2))
 
 

@@ -15,10 +15,8 @@ Run: .venv/bin/python bench/retry_store.py [--entries 50000] [--runs 3]
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
-import statistics
 import threading
 import time
 from dataclasses import replace
@@ -27,7 +25,9 @@ from typing import Any
 
 from confluent_kafka import Consumer, Producer
 
-from fresh_stack import RESULTS, fresh_stack, record_results
+from toolkit import cli
+from toolkit.results import RESULTS, record_medians
+from toolkit.stack import fresh_stack
 from wayline.core.kafka import ensure_topics
 from wayline.delivery.attempt import Pending, Succeeded, WillRetry
 from wayline.delivery.storage.drain import RetryQueue
@@ -100,10 +100,9 @@ def kafka_round_trip(bootstrap: str, topic: str, entries: int) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = cli.parser(__doc__, runs=3)
     parser.add_argument("--entries", type=int, default=50_000)
     parser.add_argument("--drainers", type=int, default=2)
-    parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
     runs: list[dict[str, Any]] = []
     with fresh_stack(RESULTS / "retry_store-state") as (settings, database):
@@ -116,10 +115,7 @@ def main() -> None:
             runs.append({"hand_over_per_s": handed, "claim_settle_per_s": drained, "drained": count,
                          "kafka_produce_consume_per_s": kafka})
             print(json.dumps(runs[-1]), flush=True)
-    summary = {"args": vars(args), "runs": runs,
-               "medians": {k: statistics.median(r[k] for r in runs) for k in runs[0]}}
-    record_results("retry_store", summary)
-    print(json.dumps(summary["medians"], indent=2))
+    print(json.dumps(record_medians("retry_store", args, runs), indent=2))
 
 
 if __name__ == "__main__":

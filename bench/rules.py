@@ -32,11 +32,9 @@ It starts its own stack under bench/results/rules-state (NAME-state) and stops i
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import io
 import json
-import random
 import shutil
 import statistics
 import subprocess
@@ -44,100 +42,39 @@ import sys
 import time
 import urllib.request
 from dataclasses import replace
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import orjson
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 from sqlalchemy import delete
 
-from fresh_stack import RESULTS, record_results
+from toolkit import cli
+from toolkit.produce import produce_all
+from toolkit.results import RESULTS, record_results
+from toolkit.rules_mix import CONFIGS, MIXES, T0, stream, windows
+from toolkit.stack import fresh_stack
+from toolkit.waiting import wait_until
 from wayline.core.kafka import ensure_topics
 from wayline.core.settings import Settings
 from wayline.registry import rule as rule_service
 from wayline.registry.access import ADMIN
-from wayline.registry.db import Database, make_engine, migrate
+from wayline.registry.db import Database
 from wayline.registry.models import Rule
-from wayline.stack import local
 
 REPO = Path(__file__).resolve().parents[1]
-T0 = datetime(2026, 3, 1, tzinfo=timezone.utc)
-USERS = 100_000
 TOPIC = "events.bench.rules"
 EMPTY_TOPIC = "events.bench.rules-empty"  # Flink's fixed cost: the same job over no events
 FLINK_PYTHON = RESULTS / "flink-venv" / "bin" / "python"
 FLINK_OUTPUT = "bench.rules.flink.out"  # one topic per configuration: this and its mix
 
 
-def filters(count: int) -> list[str]:
-    out = []
-    for i in range(count):
-        if i % 2:
-            out.append(f"SELECT id, data.user AS user, data.amount AS amount FROM events "
-                       f"WHERE type = 'bench.order' AND data.amount > {900 + i}")
-        else:
-            out.append(f"SELECT id, tenantid FROM events WHERE type = 'bench.price' AND data.price < {i % 7}")
-    return out
-
-
-def windows(count: int) -> list[str]:
-    return [f"SELECT data.user, window.start AS start, COUNT(*) AS n, SUM(data.amount) AS total FROM events "
-            f"WHERE type = 'bench.order' GROUP BY data.user, window(event_time, '1 minute') "
-            f"HAVING SUM(data.amount) > {1500 + i}" for i in range(count)]
-
-
-PATTERNS = [
-    """SELECT * FROM events MATCH_RECOGNIZE (PARTITION BY data.user ORDER BY event_time
-       MEASURES COUNT(F.*) AS failures PATTERN (F{{3,}} S) WITHIN INTERVAL '5' MINUTE
-       DEFINE F AS F.type = 'bench.login.failed', S AS S.type = 'bench.login.ok' AND {i} >= 0)""",
-    """SELECT * FROM events MATCH_RECOGNIZE (PARTITION BY data.user ORDER BY event_time
-       MEASURES FIRST(A.data.price) AS top, LAST(C.data.price) AS back PATTERN (A B+ C)
-       WITHIN INTERVAL '5' MINUTE
-       DEFINE A AS A.type = 'bench.price', B AS B.type = 'bench.price' AND B.data.price < PREV(B.data.price) - {i},
-              C AS C.type = 'bench.price' AND C.data.price > PREV(C.data.price))""",
-]
-
-
-def patterns(count: int) -> list[str]:
-    return [PATTERNS[i % len(PATTERNS)].format(i=i) for i in range(count)]
-
-
-# Each configuration's (filters, windows, patterns).
-MIXES = {
-    "baseline (no rules)": (0, 0, 0),
-    "1 filter": (1, 0, 0),
-    "1 pattern": (0, 0, 1),
-    "10 rules (7/2/1)": (7, 2, 1),
-    "100 rules (70/20/10)": (70, 20, 10),
-    "1,000 rules (700/200/100)": (700, 200, 100),
-}
-CONFIGS = {name: filters(f) + windows(w) + patterns(p) for name, (f, w, p) in MIXES.items()}
-
-
 RESTART = "window-rule change"
 
 
 def produce(bootstrap: str, count: int, seed: int = 7, start: datetime = T0) -> None:
-    rng = random.Random(seed)
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.num.messages": 10_000})
-    kinds = ("bench.order", "bench.order", "bench.price", "bench.login.failed", "bench.login.ok")
-    for n in range(count):
-        user = f"u{rng.randrange(USERS)}"
-        kind = rng.choice(kinds)
-        value = orjson.dumps({
-            "specversion": "1.0", "id": f"e{n}", "source": "bench", "type": kind, "tenantid": f"t{rng.randrange(100)}",
-            "time": (start + timedelta(seconds=3600 * n / count)).isoformat(),
-            "data": {"user": user, "price": rng.randrange(100), "amount": rng.randrange(1000)},
-        })
-        while True:
-            try:
-                producer.produce(TOPIC, key=user.encode(), value=value)
-                break
-            except BufferError:
-                producer.poll(0.1)
-        if n % 10_000 == 0:
-            producer.poll(0)
-    producer.flush(120)
+    produce_all(bootstrap, ((TOPIC, orjson.dumps(event | {"time": event["time"].isoformat()}),
+                             event["data"]["user"].encode()) for event in stream(count, seed, start)))
 
 
 def deploy(database: Database, sqls: list[str], settings: Settings, keep: bool = False) -> None:
@@ -159,17 +96,12 @@ def run_once(spark, settings: Settings, database: Database, events: int, checkpo
     shutil.rmtree(checkpoint, ignore_errors=True)
     job = RulesJob(spark, settings, database, checkpoint).start()
     try:
-        deadline = time.monotonic() + 1800
-        while time.monotonic() < deadline:
-            job.raise_if_failed()
-            # The job's own count: numInputRows counts every scan of the source in the plan.
-            if job.counters.events >= events:
-                break
-            time.sleep(1)
-        else:
-            raise RuntimeError("the job did not read every event within 30 minutes")
+        # The job's own count: numInputRows counts every scan of the source in the plan.
+        wait_until(lambda: job.raise_if_failed() or job.counters.events >= events, "the job to read every event",
+                   1800, every_s=1)
         # The counter moves inside the micro-batch; its progress is reported when it ends.
-        _wait(lambda: sum(p["numInputRows"] for p in job.query.recentProgress) >= events, "the last progress", 120)
+        wait_until(lambda: sum(p["numInputRows"] for p in job.query.recentProgress) >= events, "the last progress",
+                   120, every_s=0.05)
         busy = [p for p in job.query.recentProgress if p["numInputRows"] > 0]
         seconds = sum(p["durationMs"]["triggerExecution"] for p in busy) / 1000
         # The first micro-batch of a fresh query also pays for starting it (planning and code
@@ -204,14 +136,6 @@ def run_once(spark, settings: Settings, database: Database, events: int, checkpo
         job.stop()
 
 
-def _wait(condition, what: str, timeout: float = 900) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-
-
 def measure_restart(spark, settings: Settings, database: Database, events: int, checkpoint: Path) -> dict[str, float]:
     """What a window-rule change costs: the job restarts its query on the checkpoint.
 
@@ -227,13 +151,14 @@ def measure_restart(spark, settings: Settings, database: Database, events: int, 
     deploy(database, CONFIGS["10 rules (7/2/1)"], settings)
     job = RulesJob(spark, settings, database, checkpoint).start()
     try:
-        _wait(lambda: job.raise_if_failed() or job.counters.events >= events, "every event")
+        wait_until(lambda: job.raise_if_failed() or job.counters.events >= events, "every event", 900, every_s=0.05)
 
         def probe(nth: int) -> float:
             before = job.counters.events
             started = time.monotonic()
             produce(bootstrap, 1_000, seed=nth, start=T0 + timedelta(hours=nth))
-            _wait(lambda: job.raise_if_failed() or job.counters.events >= before + 1_000, "the probe")
+            wait_until(lambda: job.raise_if_failed() or job.counters.events >= before + 1_000, "the probe", 900,
+                       every_s=0.05)
             return time.monotonic() - started
 
         warm = [probe(n) for n in (1, 2, 3)]
@@ -242,8 +167,8 @@ def measure_restart(spark, settings: Settings, database: Database, events: int, 
         time.sleep(settings.rules.version_poll_s)  # the job reads the registry at most this often
         asking = probe(4)
         asked = time.monotonic()
-        _wait(lambda: job.raise_if_failed() or (job.query is not old and job.query.lastProgress is not None),
-              "the restarted query")
+        wait_until(lambda: job.raise_if_failed() or (job.query is not old and job.query.lastProgress is not None),
+                   "the restarted query", 900, every_s=0.05)
         restart_s = time.monotonic() - asked
         first = probe(5)
         return {"warm_probe_s": statistics.median(warm), "asking_probe_s": asking, "restart_s": restart_s,
@@ -333,39 +258,30 @@ def print_comparison(results: dict[str, dict], flink: dict[str, dict]) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = cli.parser(__doc__, runs=3)
     parser.add_argument("--events", type=int, default=100_000)
-    parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--only", action="append",
                         help=f"run only these configurations, in this order; {RESTART!r} times a window-rule change")
     parser.add_argument("--stages", action="store_true",
                         help="start the Spark UI on 127.0.0.1 and print each configuration's stage times")
     parser.add_argument("--name", default="rules",
-                        help="the results file (bench/results/NAME.json) and state folder (NAME-state): two invocations "
-                             "with different names can run at once")
+                        help="the results file (bench/results/NAME.json) and state folder (NAME-state): two "
+                             "invocations with different names can run at once")
     parser.add_argument("--flink", action="store_true",
                         help="then run Flink SQL over the same topic with each configuration's mix, and compare")
     args = parser.parse_args()
 
     state_dir = RESULTS / f"{args.name}-state"
-    shutil.rmtree(state_dir, ignore_errors=True)
     ui = {"spark.ui.enabled": "true", "spark.ui.port": "0"} if args.stages else {}
-    base = Settings(state_dir=state_dir, spark={"jars_dir": REPO / "jars" / "spark", "extra_conf": ui},
-                    stack={"broker_jars_dir": REPO / "jars" / "broker"})
-    local.up(base)
-    settings = base.model_copy(update={
-        "kafka": base.kafka.model_copy(update={"event_topic_prefix": "events.bench.", "max_offsets_per_trigger": 25_000}),
-    })
-    try:
+    with fresh_stack(state_dir, spark={"extra_conf": ui}) as (base, database):
+        settings = base.model_copy(update={"kafka": base.kafka.model_copy(
+            update={"event_topic_prefix": "events.bench.", "max_offsets_per_trigger": 25_000})})
         bootstrap = settings.kafka_bootstrap()
         ensure_topics(bootstrap, [TOPIC, EMPTY_TOPIC], 2)
         ensure_topics(bootstrap, ["bench.rules.out"], 2)
         started = time.perf_counter()
         produce(bootstrap, args.events)
         produced_s = time.perf_counter() - started
-        engine = make_engine(settings.postgres_dsn())
-        migrate(engine)
-        database = Database(engine)
         from wayline.stack.spark import spark_session
 
         spark = spark_session(settings)
@@ -404,11 +320,8 @@ def main() -> None:
         if args.flink:
             compared = [name for name in results if name in MIXES]
             print_comparison(results, run_flink(settings, compared, args.events, args.runs))
-        record_results(args.name, {"events": args.events, "produced_s": produced_s, "command": " ".join(sys.argv),
-                                 "results": results})
-        engine.dispose()
-    finally:
-        local.down(base)
+    record_results(args.name, {"events": args.events, "produced_s": produced_s, "command": " ".join(sys.argv),
+                               "results": results}, args.out)
 
 
 if __name__ == "__main__":

@@ -36,6 +36,8 @@ from pathlib import Path
 
 from pyflink.table import EnvironmentSettings, TableEnvironment
 
+from toolkit import cli  # stdlib only: this runs in the Flink virtualenv, without Wayline
+
 REPO = Path(__file__).resolve().parents[1]
 # The allowed lateness of Wayline's watermark (rules.allowed_lateness_s), passed by bench/rules.py.
 DEFAULT_LATENESS_S = 10.0
@@ -136,7 +138,8 @@ def run_job(topic: str, args: argparse.Namespace, mix: tuple[int, int, int]) -> 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    # Its figures go to bench/rules.py as lines on stdout, which writes them in its results.
+    parser = cli.parser(__doc__, runs=3, out=None)
     parser.add_argument("--bootstrap", required=True)
     parser.add_argument("--topic", required=True)
     parser.add_argument("--empty-topic", required=True, help="a topic with no events: the job's fixed cost")
@@ -144,7 +147,6 @@ def main() -> None:
                         help="each configuration writes to this topic with its mix appended (filters-windows-patterns)")
     parser.add_argument("--events", type=int, required=True, help="how many events the topic holds")
     parser.add_argument("--config", action="append", required=True, help="filters,windows,patterns")
-    parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--lateness-s", type=float, default=DEFAULT_LATENESS_S)
     args = parser.parse_args()
     mixes = {config: tuple(int(n) for n in config.split(",")) for config in args.config}

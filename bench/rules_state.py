@@ -20,10 +20,8 @@ Pure Python: no stack, no Spark.
 
 from __future__ import annotations
 
-import argparse
 import gc
 import pickle
-import random
 import statistics
 import time
 import zlib
@@ -32,7 +30,9 @@ from typing import Any
 
 import orjson
 
-from rules import PATTERNS, T0, USERS  # the job benchmark's stream and rules
+from toolkit import cli
+from toolkit.results import record_results
+from toolkit.rules_mix import PATTERNS, stream
 from wayline.rules.engine import ActiveRule, GroupEvaluator
 from wayline.rules.rule import compile_rule
 
@@ -41,20 +41,14 @@ LATENESS = timedelta(seconds=5)
 
 def group_rows(events: int, shards: int, batch: int, seed: int = 7) -> list[list[tuple[str, dict[str, Any]]]]:
     """The rows of shard 0, in micro-batches of ``batch`` events of the whole stream."""
-    rng = random.Random(seed)
-    kinds = ("bench.order", "bench.order", "bench.price", "bench.login.failed", "bench.login.ok")
     batches: list[list[tuple[str, dict[str, Any]]]] = [[] for _ in range(-(-events // batch))]
-    for n in range(events):
-        user = f"u{rng.randrange(USERS)}"
-        kind = rng.choice(kinds)
-        tenant, price, amount = f"t{rng.randrange(100)}", rng.randrange(100), rng.randrange(1000)
-        key = orjson.dumps([user]).decode()
+    for n, event in enumerate(stream(events, seed)):
+        key = orjson.dumps([event["data"]["user"]]).decode()
         if zlib.crc32(key.encode()) % shards:
             continue
         batches[n // batch].append((key, {
-            "id": f"e{n}", "type": kind, "source": "bench", "tenantid": tenant,
-            "event_time": T0 + timedelta(seconds=3600 * n / events),
-            "data": {"user": user, "price": price, "amount": amount},
+            "id": event["id"], "type": event["type"], "source": event["source"], "tenantid": event["tenantid"],
+            "event_time": event["time"], "data": event["data"],
         }))
     return batches
 
@@ -86,7 +80,7 @@ def run(rules: list[ActiveRule], batches: list[list[tuple[str, dict[str, Any]]]]
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = cli.parser(__doc__)
     parser.add_argument("--events", type=int, default=250_000)
     parser.add_argument("--shards", type=int, default=64)
     parser.add_argument("--batch", type=int, default=25_000, help="events of the whole stream per micro-batch")
@@ -111,6 +105,11 @@ def main() -> None:
         print(f"  {path:8} median {statistics.median(values):8.2f} ms per group and micro-batch   "
               f"repeats {', '.join(f'{value:.2f}' for value in values)}")
     print(f"  blob after the last micro-batch: {measured['blob']:,} bytes; {measured['emitted']} matches")
+    record_results("rules_state", {"args": vars(args), "rows": rows, "micro_batches": len(batches),
+                                   "gc_thresholds": gc.get_threshold(),
+                                   "median_ms": {path: statistics.median(values) for path, values in medians.items()},
+                                   "repeats_ms": medians, "blob_bytes": measured["blob"],
+                                   "matches": measured["emitted"]}, args.out)
 
 
 if __name__ == "__main__":

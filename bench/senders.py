@@ -6,7 +6,7 @@ write them (each load-generator event routed by type to its one subscription, ke
 endpoint, body = the event), sent by ``wayline run senders`` processes
 (:func:`wayline.delivery.runtime.senders.running_senders`), arriving at the receiver
 (``wayline.stack.receiver``, checking every signature). The baseline in the same run:
-``bench/plain_sender.py`` on the same receiver with the same signing, reading the same
+``bench/toolkit/plain_sender.py`` on the same receiver with the same signing, reading the same
 events from event topics (no registry, no log, no retries, no audit).
 
 - ``steady``: ``--rates`` records/s for ``--steady-seconds`` after a primed start: latency
@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import multiprocessing
 import os
 import statistics
 import time
@@ -41,9 +40,11 @@ import orjson
 from confluent_kafka import Producer
 from sqlalchemy import func, select
 
-import delivery_targets as targets
-from delivery import receive, shape
-from fresh_stack import fresh_stack, machine
+from toolkit import cli, systems
+from toolkit.processes import Sampler, cpu_of
+from toolkit.produce import produce_steady, send
+from toolkit.results import RESULTS, markdown_table, record_results
+from toolkit.stack import LOOPBACK, fresh_stack
 from wayline.core.kafka import ensure_topics
 from wayline.core.settings import Settings
 from wayline.delivery import work
@@ -54,8 +55,6 @@ from wayline.registry.endpoint import EndpointService
 from wayline.registry.models import Subscription
 from wayline.stack import loadgen
 from wayline.stack.seed import seed
-
-RESULTS = targets.RESULTS
 
 
 class WorkRouter:
@@ -71,19 +70,14 @@ class WorkRouter:
         headers = [(work.KIND, b"single"), (work.SUBSCRIPTION, subscription_id.encode()),
                    (work.ENDPOINT, endpoint_id.encode()), (work.EVENT, event["id"].encode()),
                    (work.SOURCE, record.topic.encode()), (work.VERSION, self.version)]
-        while True:
-            try:
-                producer.produce(self.topic, record.value, endpoint_id.encode(), headers=headers)
-                return
-            except BufferError:
-                producer.poll(0.05)
+        send(producer, self.topic, record.value, endpoint_id.encode(), headers=headers)
 
 
-def router_for(bench: targets.Bench, tag: str) -> WorkRouter:
+def router_for(bench: systems.Bench, tag: str) -> WorkRouter:
     """The registry seeded for ``tag`` and its routes by event type."""
     settings = bench.settings
     bench.trust(seed(bench.database, EndpointService.from_settings(settings), bench.receiver_url,
-                     shape("streaming", tag)).secrets)
+                     systems.shape("streaming", tag)).secrets)
     with bench.database.transaction() as session:
         rows = session.scalars(select(Subscription))
         routes = {t: (row.id, row.endpoint_id) for row in rows for t in row.event_types}
@@ -93,13 +87,13 @@ def router_for(bench: targets.Bench, tag: str) -> WorkRouter:
 
 
 @contextmanager
-def senders(bench: targets.Bench, router: WorkRouter, tag: str, processes: int) -> Iterator[tuple[targets.Running, "CpuSampler"]]:
+def senders(bench: systems.Bench, router: WorkRouter, tag: str, processes: int) -> Iterator[tuple[systems.Running, "CpuSampler"]]:
     os.environ.update({
         "WAYLINE_STATE_DIR": str(bench.settings.state_dir),
         "WAYLINE_DELIVERY__WORK_TOPIC": router.topic,
         "WAYLINE_DELIVERY__SENDER_GROUP": f"bench-{tag}",
         "WAYLINE_DELIVERY__SENDER_PROCESSES": str(processes),
-        "WAYLINE_REGISTRY__URL_ALLOW_LIST": '["127.0.0.1/32"]',
+        "WAYLINE_REGISTRY__URL_ALLOW_LIST": json.dumps(LOOPBACK),
         # No retry path runs here: a request cut as a straggler (the receiver slow on the
         # loaded machine) would wait in the retry store for ever and stall the count. The
         # cut waits for the stage deadline instead; what still goes there is reported.
@@ -108,30 +102,23 @@ def senders(bench: targets.Bench, router: WorkRouter, tag: str, processes: int) 
     with running_senders(Settings()) as pids:
         alive = lambda: all(os.path.exists(f"/proc/{pid}") for pid in pids)  # noqa: E731
         with CpuSampler(pids) as cpu:
-            yield targets.Running(targets.ReceiverArrivals(bench.receiver_url, f"/{tag}/"), alive, lambda: None), cpu
+            yield systems.Running(systems.ReceiverArrivals(bench.receiver_url, f"/{tag}/"), alive, lambda: None), cpu
 
 
-class CpuSampler(targets.Sampler):
+class CpuSampler(Sampler):
     """The processes' user + system CPU seconds (all threads), sampled every 50 ms with the
     time, until one of them ends."""
 
     def __init__(self, pids: list[int]) -> None:
         super().__init__(0.05)
         self._pids = pids
-        self._tick = os.sysconf("SC_CLK_TCK")
         self.samples: list[tuple[float, float]] = []
 
     def sample(self) -> bool:
-        total = 0.0
-        for pid in self._pids:
-            try:
-                with open(f"/proc/{pid}/stat") as stat:
-                    # Fields after the command (which may hold spaces): utime, stime are 14th, 15th.
-                    fields = stat.read().rsplit(")", 1)[1].split()
-            except FileNotFoundError:
-                return False
-            total += (int(fields[11]) + int(fields[12])) / self._tick
-        self.samples.append((time.time(), total))
+        used = [cpu_of(pid) for pid in self._pids]
+        if None in used:
+            return False
+        self.samples.append((time.time(), sum(used)))
         return True
 
     def between(self, start: float, end: float) -> float:
@@ -142,56 +129,56 @@ class CpuSampler(targets.Sampler):
 
 
 @contextmanager
-def plain(bench: targets.Bench, tag: str) -> Iterator[tuple[targets.Running, str]]:
-    prefix = targets.fresh_topics(bench, tag)
-    started = targets.start_plain(bench, prefix, tag, "streaming")
+def plain(bench: systems.Bench, tag: str) -> Iterator[tuple[systems.Running, str]]:
+    prefix = systems.fresh_topics(bench, tag)
+    started = systems.start_plain(bench, prefix, tag, "streaming")
     try:
         yield started, prefix
     finally:
         started.stop()
 
 
-def steady(bench: targets.Bench, system: str, tag: str, rate: float) -> dict[str, Any]:
+def steady(bench: systems.Bench, system: str, tag: str, rate: float) -> dict[str, Any]:
     args, bootstrap = bench.args, bench.settings.kafka_bootstrap()
     segments = [(rate, args.steady_seconds)]
     if system == "plain":
         with plain(bench, tag) as (started, prefix):
             loadgen.produce(bootstrap, loadgen.EventFactory(topic_prefix=prefix, run_id=f"{tag}p").records(
-                targets.PRIME_EVENTS))
-            targets.wait_for(started, targets.PRIME_EVENTS)
-            marks = targets.produce_steady(bootstrap, prefix, tag, segments)
-            targets.wait_for(started, targets.PRIME_EVENTS + marks[0]["sent"])
+                systems.PRIME_EVENTS))
+            systems.wait_for(started, systems.PRIME_EVENTS)
+            marks = produce_steady(bootstrap, prefix, tag, segments)
+            systems.wait_for(started, systems.PRIME_EVENTS + marks[0]["sent"])
     else:
         router = router_for(bench, tag)
         with senders(bench, router, tag, 1) as (started, _cpu):
             prime = Producer({"bootstrap.servers": bootstrap})
-            for record in loadgen.EventFactory(run_id=f"{tag}p").records(targets.PRIME_EVENTS):
+            for record in loadgen.EventFactory(run_id=f"{tag}p").records(systems.PRIME_EVENTS):
                 router(prime, record)
             prime.flush(30)
-            targets.wait_for(started, targets.PRIME_EVENTS)
-            marks = targets.produce_steady(bootstrap, "events.", tag, segments, router)
-            targets.wait_for(started, targets.PRIME_EVENTS + marks[0]["sent"])
+            systems.wait_for(started, systems.PRIME_EVENTS)
+            marks = produce_steady(bootstrap, "events.", tag, segments, router)
+            systems.wait_for(started, systems.PRIME_EVENTS + marks[0]["sent"])
     window = started.arrivals.totals(marks[0]["from"] + args.warmup_s, math.inf)
     return {"system": system, "measure": f"steady {rate:g}/s", "achieved_rate": marks[0]["achieved_rate"],
             "latency_p50_s": window["latency_p50_s"], "latency_p99_s": window["latency_p99_s"],
             "to_retry": handed_over(bench)}
 
 
-def handed_over(bench: targets.Bench) -> int:
+def handed_over(bench: systems.Bench) -> int:
     """Requests the senders handed to the retry path so far (cut by the deadline, say)."""
     with bench.database.transaction() as session:
         return session.scalar(select(func.count()).select_from(RetryEntry)) or 0
 
 
-def backlog(bench: targets.Bench, system: str, tag: str, events: int) -> dict[str, Any]:
+def backlog(bench: systems.Bench, system: str, tag: str, events: int) -> dict[str, Any]:
     bootstrap = bench.settings.kafka_bootstrap()
     if system == "plain":
-        prefix = targets.fresh_topics(bench, tag)
+        prefix = systems.fresh_topics(bench, tag)
         loadgen.produce(bootstrap, loadgen.EventFactory(topic_prefix=prefix, run_id=tag).records(events))
         began = time.time()
-        started = targets.start_plain(bench, prefix, tag, "streaming")
+        started = systems.start_plain(bench, prefix, tag, "streaming")
         try:
-            totals = targets.wait_for(started, events)
+            totals = systems.wait_for(started, events)
         finally:
             started.stop()
     else:
@@ -203,7 +190,7 @@ def backlog(bench: targets.Bench, system: str, tag: str, events: int) -> dict[st
         producer.flush(120)
         began = time.time()
         with senders(bench, router, tag, int(system.removeprefix("senders"))) as (started, cpu):
-            totals = targets.wait_for(started, events)
+            totals = systems.wait_for(started, events)
             time.sleep(0.1)  # a sample after the last arrival
         # Requests that arrived after the first one: the CPU between is theirs.
         cpu_us = cpu.between(totals["first_at"], totals["last_at"]) / (totals["events"] - 1) * 1e6
@@ -215,25 +202,18 @@ def backlog(bench: targets.Bench, system: str, tag: str, events: int) -> dict[st
 
 
 def run_all(settings: Settings, database: Database, args: argparse.Namespace) -> list[dict[str, Any]]:
-    port_in, port_out = multiprocessing.Pipe(duplex=False)
-    secrets_in, secrets_out = multiprocessing.Pipe(duplex=False)
-    receiver = multiprocessing.Process(target=receive, args=(port_out, secrets_in), daemon=True)
-    receiver.start()
-    bench = targets.Bench(None, settings, database, f"http://127.0.0.1:{port_in.recv()}", secrets_out.send, args)
     results: list[dict[str, Any]] = []
-    try:
+    with systems.bench_session(settings, database, args, spark=False) as bench:
         for run in range(args.runs):
             for rate in args.rates if "steady" in args.scenarios else ():
                 for system in ("plain", "senders"):
                     tag = f"r{run}{system}{int(rate)}"
                     results.append(steady(bench, system, tag, rate) | {"run": run})
                     print(json.dumps(results[-1]), flush=True)
-            systems = ["plain", *(f"senders{n}" for n in args.backlog_processes)] if "backlog" in args.scenarios else []
-            for system in systems:
+            drainers = ["plain", *(f"senders{n}" for n in args.backlog_processes)] if "backlog" in args.scenarios else []
+            for system in drainers:
                 results.append(backlog(bench, system, f"b{run}{system}", args.backlog_events) | {"run": run})
                 print(json.dumps(results[-1]), flush=True)
-    finally:
-        receiver.kill()
     return results
 
 
@@ -241,33 +221,31 @@ def table(results: list[dict[str, Any]]) -> str:
     rows = {}
     for result in results:
         rows.setdefault((result["measure"], result["system"]), []).append(result)
-    lines = ["| measure | system | p50 s | p99 s | deliveries/s | first to last /s | CPU µs/request | runs |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for (measure, system), found in rows.items():
-        def median(key: str) -> str:
-            values = [r[key] for r in found if r.get(key) is not None]
-            return f"{statistics.median(values):.4g}" if values else "—"
-        lines.append(f"| {measure} | {system} | {median('latency_p50_s')} | {median('latency_p99_s')} | "
-                     f"{median('events_per_s')} | {median('first_to_last_per_s')} | {median('cpu_us_per_request')} | "
-                     f"{len(found)} |")
-    return "\n".join(lines)
+    figures = ("latency_p50_s", "latency_p99_s", "events_per_s", "first_to_last_per_s", "cpu_us_per_request")
+
+    def median(found: list[dict[str, Any]], key: str) -> str:
+        values = [r[key] for r in found if r.get(key) is not None]
+        return f"{statistics.median(values):.4g}" if values else "—"
+
+    return markdown_table(
+        ["measure", "system", "p50 s", "p99 s", "deliveries/s", "first to last /s", "CPU µs/request", "runs"],
+        ([measure, system, *(median(found, figure) for figure in figures), str(len(found))]
+         for (measure, system), found in rows.items()))
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--rates", type=lambda t: [float(r) for r in t.split(",")], default=[300.0, 1000.0, 5000.0])
+    parser = cli.parser(__doc__, runs=3)
+    parser.add_argument("--rates", type=cli.comma(float), default=[300.0, 1000.0, 5000.0])
     parser.add_argument("--steady-seconds", type=float, default=30)
     parser.add_argument("--warmup-s", type=float, default=2.0)
     parser.add_argument("--backlog-events", type=int, default=100_000)
-    parser.add_argument("--backlog-processes", type=lambda t: [int(n) for n in t.split(",")], default=[1, 2])
-    parser.add_argument("--scenarios", type=lambda t: t.split(","), default=["steady", "backlog"])
+    parser.add_argument("--backlog-processes", type=cli.comma(int), default=[1, 2])
+    parser.add_argument("--scenarios", type=cli.names("steady", "backlog"), default=["steady", "backlog"])
     args = parser.parse_args()
-    with fresh_stack(RESULTS / "senders-state", registry={"url_allow_list": ["127.0.0.1/32"]}) as (settings, database):
+    args.source_partitions = None  # the load generator's topics, a topic per domain (Bench.partitions)
+    with fresh_stack(RESULTS / "senders-state", registry={"url_allow_list": LOOPBACK}) as (settings, database):
         results = run_all(settings, database, args)
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / f"senders-{int(time.time())}.json").write_text(
-        json.dumps({**machine(), "args": vars(args), "results": results}, indent=2))
+    record_results(f"senders-{int(time.time())}", {"args": vars(args), "results": results}, args.out)
     print(table(results))
 
 

@@ -10,8 +10,8 @@ No retries, no delivery log, no at-least-once: a failed request is dropped (the 
 counts show what arrived).
 That is what Wayline must beat on one machine while keeping all it has that this lacks.
 
-``bench/delivery_targets.py`` runs it in its own process (``run``) against the same
-receiver, registry shape and topics as the delivery job.
+``systems.start_plain`` runs it in its own process (``run``) against the same receiver,
+registry shape and topics as the delivery job.
 """
 
 from __future__ import annotations

@@ -1,0 +1,143 @@
+"""Memory and CPU of process trees, read from ``/proc`` and sampled on a thread."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+from typing import NamedTuple, Self
+
+SAMPLE_S = 0.5
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+class Process(NamedTuple):
+    parent: int
+    resident_mb: float
+    peak_mb: float
+    """The kernel's high-water mark of its resident memory."""
+    command: bytes
+    """Its command line, NUL-separated."""
+
+
+def processes() -> dict[int, Process]:
+    """Every process readable now, by pid."""
+    found: dict[int, Process] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            status = Path(f"/proc/{name}/status").read_text()
+            command = Path(f"/proc/{name}/cmdline").read_bytes()
+        except OSError:
+            continue  # gone meanwhile
+        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+        resident_kb = int(fields.get("VmRSS", "0 kB").split()[0])
+        peak_kb = int(fields.get("VmHWM", "0 kB").split()[0])
+        found[int(name)] = Process(int(fields["PPid"]), resident_kb / 1024, peak_kb / 1024, command)
+    return found
+
+
+def descendants(found: dict[int, Process], roots: list[int]) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for pid, process in found.items():
+        children.setdefault(process.parent, []).append(pid)
+    below, todo = [], list(roots)
+    while todo:
+        for child in children.get(todo.pop(), []):
+            below.append(child)
+            todo.append(child)
+    return below
+
+
+def spark_jvms(found: dict[int, Process]) -> list[int]:
+    """This process's Spark driver JVMs (its SparkSubmit children)."""
+    return [pid for pid, p in found.items() if p.parent == os.getpid() and b"SparkSubmit" in p.command]
+
+
+def cpu_of(pid: int) -> float | None:
+    """User and system CPU seconds ``pid`` used so far (every thread); None once it is gone."""
+    try:
+        # Fields after the command (which may hold spaces): utime, stime are the 14th, 15th.
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def cpu_seconds(pids: list[int]) -> dict[str, float]:
+    """User and system CPU seconds used so far by ``pids`` and every descendant alive now,
+    per role: ``<command>:<kind>``, the command a root runs (``wayline run delivery``'s
+    "delivery") and the kind of process (its Python ``driver``, its ``jvm``, the JVM's Python
+    ``workers``, and the driver's other children, its ``senders``)."""
+    found = processes()
+    used: dict[str, float] = {}
+    for root in (pid for pid in pids if pid in found):
+        command = found[root].command.rstrip(b"\0").rsplit(b"\0", 1)[-1].decode(errors="replace")
+        for pid in [root, *descendants(found, [root])]:
+            role = f"{command}:{_kind(found, pid, root)}"
+            used[role] = used.get(role, 0.0) + (cpu_of(pid) or 0.0)
+    return used
+
+
+def _kind(found: dict[int, Process], pid: int, root: int) -> str:
+    if pid == root:
+        return "driver"
+    if b"java" in found[pid].command.split(b"\0", 1)[0]:
+        return "jvm"
+    parent = found[pid].parent
+    while parent != root and parent in found:
+        if b"java" in found[parent].command.split(b"\0", 1)[0]:
+            return "workers"
+        parent = found[parent].parent
+    return "senders"
+
+
+class Sampler:
+    """Calls :meth:`sample` every ``every_s`` on a thread of its own, inside a ``with``
+    block, until the block ends or ``sample`` returns False."""
+
+    def __init__(self, every_s: float) -> None:
+        self._every_s = every_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=type(self).__name__, daemon=True)
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._every_s) and self.sample() is not False:
+            pass
+
+    def sample(self) -> bool | None:
+        raise NotImplementedError
+
+
+class MemorySampler(Sampler):
+    """Peak resident memory, sampled every ``SAMPLE_S``: the Spark JVM (this process's
+    SparkSubmit child), its Python workers together, and a system's own processes with their
+    descendants (the plain sender; `wayline run delivery` with its JVM and sender processes,
+    and `wayline run retries` with its JVM)."""
+
+    def __init__(self, pids: list[int] = ()) -> None:
+        super().__init__(SAMPLE_S)
+        self._pids = list(pids)
+        self.peaks_mb = {"jvm": 0.0, "python_workers": 0.0, "process": 0.0}
+
+    def sample(self) -> None:
+        found = processes()
+        jvms = spark_jvms(found)
+        workers = [p for p in descendants(found, jvms) if b"python" in found[p].command]
+        now = {"jvm": sum(found[p].resident_mb for p in jvms),
+               "python_workers": sum(found[p].resident_mb for p in workers),
+               "process": sum(found[p].resident_mb for p in self._tree(found))}
+        self.peaks_mb = {k: max(v, now[k]) for k, v in self.peaks_mb.items()}
+
+    def _tree(self, found: dict[int, Process]) -> list[int]:
+        roots = [pid for pid in self._pids if pid in found]
+        return [*roots, *descendants(found, roots)]
