@@ -43,6 +43,7 @@ from wayline.pipelines.matching_job import (
     slots_needed,
     source_partitions,
     with_enough_slots,
+    with_matching_jvm,
 )
 from wayline.registry import subscription
 from wayline.registry.access import ADMIN
@@ -141,6 +142,13 @@ def test_only_a_local_master_of_a_real_time_matching_query_is_raised(base_settin
     for unchanged in (micro_batch_engine, _engine(base_settings, "micro_batch"),
                       _engine(base_settings, "realtime", "spark://127.0.0.1:7077")):
         assert with_enough_slots(unchanged) is unchanged
+
+
+def test_the_matching_jvm_takes_its_options_after_the_ones_every_job_takes(base_settings: Settings) -> None:
+    every_job = base_settings.model_copy(update={
+        "spark": base_settings.spark.model_copy(update={"java_options": "-Xss4m"})})
+    assert with_matching_jvm(every_job).spark.java_options == "-Xss4m -XX:TieredStopAtLevel=1"
+    assert with_matching_jvm(base_settings).spark.java_options == "-XX:TieredStopAtLevel=1"
 
 
 @pytest.mark.integration

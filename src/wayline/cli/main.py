@@ -170,9 +170,9 @@ def _watch_delivery(settings: Settings, receiver: Receiver | None = None,
 
     senders = settings.delivery.engine == "senders"
     if senders:
-        from wayline.pipelines.matching_job import with_enough_slots
+        from wayline.pipelines.matching_job import with_enough_slots, with_matching_jvm
 
-        settings = with_enough_slots(settings, beside=int(self_audit))
+        settings = with_enough_slots(with_matching_jvm(settings), beside=int(self_audit))
     metrics = DeliveryMetrics()
     progress = QueryProgress()
     with (compose.metrics_served(Collectors(metrics, progress), settings.delivery.metrics_host,

@@ -95,6 +95,9 @@ class SparkSettings(_Section):
     app_name: str = "wayline"
     shuffle_partitions: int = 2
     driver_memory: str = "2g"
+    java_options: str = Field(
+        default="", description="options of the driver's JVM (spark.driver.extraJavaOptions, after the log set-up)"
+    )
     jars_dir: Path = Field(default_factory=lambda: _in_checkout("jars", "spark"))
     extra_conf: dict[str, str] = Field(default_factory=dict)
     shared_checkpoints: bool = Field(
@@ -236,6 +239,11 @@ class DeliverySettings(_Section):
         description="with engine = senders: the matching query runs under Spark's real-time trigger (a busy task "
                     "per source partition), in back-to-back micro-batches coalesced to the cores, or (auto) real-time "
                     "only where the cores cover the source partitions",
+    )
+    matching_java_options: str = Field(
+        default="-XX:TieredStopAtLevel=1",
+        description="with engine = senders: spark.java_options of `wayline run delivery`, whose JVM runs only the "
+                    "light matching query; C1 alone compiles it in seconds, where C2 kept a core busy for minutes",
     )
     realtime_checkpoint_s: float = Field(
         default=30.0, gt=0,

@@ -142,6 +142,16 @@ def with_intake(settings: Settings, *, on: bool) -> Settings:
     return settings.model_copy(update={"delivery": settings.delivery.model_copy(update={"intake": "on" if on else "off"})})
 
 
+def with_matching_jvm(settings: Settings) -> Settings:
+    """``settings`` for the SparkSession of ``wayline run delivery`` with ``delivery.engine =
+    "senders"``: ``delivery.matching_java_options`` after ``spark.java_options``. Its JVM
+    runs the matching query alone, a projection per event: C2's compilations cost more CPU
+    than they save in the minutes after start (docs/benchmarks.md, "Delivery on three
+    topic layouts (issue 25)")."""
+    options = f"{settings.spark.java_options} {settings.delivery.matching_java_options}".strip()
+    return settings.model_copy(update={"spark": settings.spark.model_copy(update={"java_options": options})})
+
+
 def with_enough_slots(settings: Settings, *, beside: int = 0) -> Settings:
     """``settings`` for the SparkSession of ``wayline run delivery`` with ``delivery.engine =
     "senders"`` on a local master (``local[N]``): the intake and the matching trigger
@@ -323,5 +333,6 @@ class MatchingJob:
 
 __all__ = [
     "OBSERVED", "QUERY_NAME", "MatchingJob", "check_slots", "chosen_trigger", "cores_for", "slots_needed",
-    "resolved", "source_partitions", "start_matching_query", "with_enough_slots", "with_intake", "with_trigger",
+    "resolved", "source_partitions", "start_matching_query", "with_enough_slots", "with_intake", "with_matching_jvm",
+    "with_trigger",
 ]

@@ -80,7 +80,8 @@ def spark_session(settings: Settings):  # -> pyspark.sql.SparkSession (import is
     # Spark's own log goes to a file, so the terminal is left to Wayline's live views.
     log_dir = (settings.state_dir / "logs").resolve()
     log_config = write_log4j2_config(log_dir / "log4j2-spark.properties", log_dir / "spark.log", "WARN")
-    conf.setdefault("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={log_config}")
+    conf.setdefault("spark.driver.extraJavaOptions",
+                    f"-Dlog4j2.configurationFile={log_config} {settings.spark.java_options}".strip())
     running = SparkSession.getActiveSession()
     if running is not None:
         started_with = running.sparkContext.getConf().get("spark.jars", "")
