@@ -67,6 +67,8 @@ def send_work(
     topics: dict[str, str] = {}
     records: list[KafkaRecord] = []
     for batch in batches:
+        if not batch.num_rows:  # a poll of batch-mode pairs only: spare the compute calls their fixed cost
+            continue
         pendings += _pendings(batch, now, topics)
         records += _count_records(batch, summary)
     if not (pendings or records or summary.events):

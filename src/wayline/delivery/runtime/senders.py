@@ -304,7 +304,8 @@ class Sender:
         if not records and not ready:
             return
         subscriptions = decoded.subscriptions | {r.batch.key.subscription_id for r in ready}
-        summary = send_work([decoded.work, batch_rows(ready)], snapshot.targets, self._settings, self._stage,
+        summary = send_work([decoded.work, batch_rows(ready)] if ready else [decoded.work], snapshot.targets,
+                            self._settings, self._stage,
                             lambda: self._pool, failing=self._failing.current(),
                             gone=self._gone(decoded.version, subscriptions, snapshot))
         if summary is not None:
