@@ -242,16 +242,23 @@ def test_the_circuit_opens_on_a_failing_endpoint_and_a_probe_closes_it() -> None
     asyncio.run(scenario())
 
 
-def test_requests_cut_in_flight_count_as_failures_for_the_circuit() -> None:
+def test_a_cut_is_one_failure_of_its_endpoint_for_the_circuit_however_many_requests_were_out() -> None:
     breakers = CircuitBreakers(CircuitSettings(consecutive_failures=2))
+    states = []
 
     async def scenario() -> None:
         async with serve({"/slow": hangs}) as base, loopback_transport() as http:
-            endpoint = Endpoint("ep_slow", f"{base}/slow", limits=EndpointLimits(max_in_flight=2))
-            await Dispatcher(http, breakers).deliver_all([request(endpoint, n) for n in range(2)], deadline_s=0.3)
+            endpoint = Endpoint("ep_slow", f"{base}/slow", limits=EndpointLimits(max_in_flight=16))
+            dispatcher = Dispatcher(http, breakers)
+            for _ in range(2):
+                results = await dispatcher.deliver_all([request(endpoint, n) for n in range(16)], deadline_s=0.3)
+                assert all(isinstance(r, Failure) and r.kind is FailureKind.DEADLINE for r in results)
+                states.append(breakers["ep_slow"].state)
 
     asyncio.run(scenario())
-    assert breakers["ep_slow"].state is CircuitState.OPEN
+    # Sixteen requests out when the deadline came are one failure, not sixteen in a row;
+    # the second group cut is the second failure in a row.
+    assert states == [CircuitState.CLOSED, CircuitState.OPEN]
 
 
 def test_credentials_that_cannot_be_had_fail_the_request_unsent() -> None:

@@ -107,20 +107,27 @@ class Dispatcher:
         the group's median answer), those endpoints' requests are cut at once rather than
         at the deadline (``on_straggler`` hears of each such endpoint): a slow endpoint
         holds the group up that long after the rest are done, no more.
-        Requests cut are only in the returned list."""
+        Requests cut are only in the returned list.
+
+        A cut is one failure of its endpoint for the circuit breaker, however many of its
+        requests were out: the endpoint did not answer in time once. Counted per request,
+        the sixteen requests a busy endpoint has out when a backlog's stage reaches its
+        deadline were sixteen failures in a row, which opened every such endpoint's circuit
+        at once and sent the whole stream through the retry path for the cool-down."""
         if not requests:
             return []
         loop = asyncio.get_running_loop()
         started = loop.time()
         progress = [_Progress() for _ in requests]
         gone: set[str] = set()
+        cut_in_flight: set[str] = set()
         tasks: list[asyncio.Task[Result]] = []
         stragglers: set[int] = set()
         watcher: asyncio.Task[None] | None = None
 
         async def deliver(position: int) -> Result:
             subscription = subscriptions[position] if subscriptions is not None else None
-            result = await self._deliver(requests[position], progress[position], subscription, gone)
+            result = await self._deliver(requests[position], progress[position], subscription, gone, cut_in_flight)
             if subscription is not None and isinstance(result, Response) and result.status == GONE:
                 gone.add(subscription)
             if on_result is not None:
@@ -140,6 +147,9 @@ class Dispatcher:
         finally:
             if watcher is not None:
                 watcher.cancel()
+            if self._breakers is not None:
+                for endpoint_id in cut_in_flight:
+                    self._breakers[endpoint_id].record_failure()
         cut_after = loop.time() - started
         straggling = (f"within {straggler_cut_s or 0:g} s once every other endpoint of the stage was done: cut as "
                       "a straggler (the endpoint is slow; the retry path sends its messages)")
@@ -163,7 +173,7 @@ class Dispatcher:
         return None
 
     async def _deliver(self, request: Request, progress: _Progress, subscription: str | None,
-                       gone: set[str]) -> Result:
+                       gone: set[str], cut_in_flight: set[str]) -> Result:
         endpoint = request.endpoint
         held = self._held(endpoint, subscription, gone)
         if held is not None:
@@ -193,8 +203,8 @@ class Dispatcher:
             try:
                 result = await self._transport.send(request)
             except asyncio.CancelledError:
-                # Cut by the deadline while the endpoint had the request: it is slow.
-                _record(breaker, failed=True)
+                # Cut while the endpoint had the request: it is slow (counted once per group).
+                cut_in_flight.add(endpoint.id)
                 raise
             progress.answered_in = loop.time() - progress.sent_at
         pause = retry_after(result, datetime.now(timezone.utc), self._max_retry_after)
