@@ -238,13 +238,17 @@ async def _cut_stragglers(tasks: Sequence[asyncio.Task[Result]], requests: Seque
                           progress: Sequence[_Progress], cut_s: float, cut: set[int], on_straggler: OnStraggler,
                           ) -> None:
     """Cancel the unfinished requests of slow endpoints, once only slow endpoints are left
-    (their positions go to ``cut``). An endpoint is slow when one of its requests has been
-    out for ``cut_s`` and for :data:`STRAGGLER_FACTOR` times the median answer of the
-    group so far; one that is merely busy (waiting for its own slots) is not. Slow is
-    judged against the group's own answers, none before the first: when every endpoint
-    answers slowly (a loaded sender or a shared upstream), none holds the others up, and
-    cutting them all would send the whole stream through the retry path."""
+    and the others are done (their positions go to ``cut``). An endpoint is slow when one
+    of its requests has been out for ``cut_s`` and for :data:`STRAGGLER_FACTOR` times the
+    median answer of the group so far; one that is merely busy (waiting for its own
+    slots) is not. Slow is judged against the group's own answers, none before the first,
+    and a straggler is a minority: when most endpoints answer slowly (a loaded sender or a
+    shared upstream), none holds the others up, and cutting them would send the whole
+    stream through the retry path. A stage that caught up a backlog showed it: four
+    answers came, then every one of its 50 endpoints was cut and deferred for
+    ``slow_for_s``."""
     loop = asyncio.get_running_loop()
+    endpoints = len({request.endpoint.id for request in requests})
     while True:
         await asyncio.sleep(min(cut_s / 4, 0.05))
         answers = [p.answered_in for p in progress if p.answered_in is not None]
@@ -258,8 +262,10 @@ async def _cut_stragglers(tasks: Sequence[asyncio.Task[Result]], requests: Seque
                 unfinished.setdefault(requests[position].endpoint.id, []).append(position)
         slow = {endpoint for endpoint, positions in unfinished.items()
                 if any((sent := progress[p].sent_at) is not None and now - sent >= out_for for p in positions)}
-        if not slow or len(slow) < len(unfinished):
-            continue  # nothing slow yet, or others still at work: a straggler holds up no one
+        if not slow or len(slow) < len(unfinished) or len(unfinished) == endpoints or 2 * len(slow) > endpoints:
+            # Nothing slow yet, or others still at work (a straggler holds up no one), or
+            # most of the group is slow (the slowness is not theirs).
+            continue
         for endpoint in sorted(slow):
             on_straggler(endpoint)
             for position in unfinished[endpoint]:
