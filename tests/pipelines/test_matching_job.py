@@ -17,6 +17,7 @@ One scenario per trigger, in three acts:
 from __future__ import annotations
 
 import os
+import threading
 from collections import Counter
 from pathlib import Path
 
@@ -173,6 +174,24 @@ def test_a_local_master_is_raised_to_the_slots_the_topics_need(settings: Setting
     assert (chosen.delivery.intake, chosen.delivery.matching_trigger, chosen.spark.master) == (
         "on", "realtime", "local[4]")
     assert source_partitions(chosen) == 1 == len(end_offsets(settings.kafka_bootstrap(), [intake_topic])[intake_topic])
+
+
+@pytest.mark.integration
+def test_the_intake_topic_is_counted_once_the_broker_lists_it_not_taken_for_the_default(
+        settings: Settings, unique: str) -> None:
+    # On 500 source topics the intake topic, made a moment before, was not yet in the
+    # metadata; the count fell back to kafka.topic_partitions (2), and the matching query
+    # read the intake topic's one partition in micro-batches of 4 to 17 s.
+    intake_topic = f"wayline.intake.mjc{unique}"
+    fanned = _engine(settings, "auto", intake="on")
+    fanned = fanned.model_copy(update={"delivery": fanned.delivery.model_copy(update={"intake_topic": intake_topic})})
+    assert fanned.kafka.topic_partitions != 1
+    later = threading.Timer(1.0, ensure_topics, (settings.kafka_bootstrap(), [intake_topic], 1))
+    later.start()
+    try:
+        assert source_partitions(fanned) == 1
+    finally:
+        later.join()
 
 
 @pytest.mark.integration

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
@@ -31,6 +32,25 @@ def ensure_topics(bootstrap: str, names: Iterable[str], partitions: int, config:
             if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                 raise RetryLater(f"could not create topic {name}: {exc}") from exc
     return missing
+
+
+def topic_partitions(bootstrap: str, topic: str, wait_s: float = 10.0) -> int:
+    """How many partitions ``topic`` has, waiting up to ``wait_s`` for a topic just made to
+    show in the broker's metadata: the creation is acknowledged before every broker lists
+    the topic, and a count taken in between found nothing."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            found = admin.list_topics(topic=topic, timeout=wait_s).topics.get(topic)
+        except KafkaException as exc:
+            raise RetryLater(f"Kafka at {bootstrap} did not answer: {exc}") from exc
+        if found is not None and found.error is None and found.partitions:
+            return len(found.partitions)
+        if time.monotonic() >= deadline:
+            raise RetryLater(f"topic {topic} does not exist in Kafka at {bootstrap} (it is made at start: "
+                             "was it deleted since?)")
+        time.sleep(0.1)
 
 
 class KafkaRecord(NamedTuple):
@@ -72,4 +92,4 @@ def produce_all(producer: Producer, records: Iterable[KafkaRecord], flush_timeou
     return count
 
 
-__all__ = ["KafkaRecord", "ensure_topics", "produce_all"]
+__all__ = ["KafkaRecord", "ensure_topics", "produce_all", "topic_partitions"]

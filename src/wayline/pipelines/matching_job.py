@@ -55,6 +55,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
 from wayline.core.errors import ConfigError, RetryLater
+from wayline.core.kafka import topic_partitions
 from wayline.core.settings import Settings, Trigger
 from wayline.core.topics import matched_topic_pattern
 from wayline.delivery.metrics import DeliveryMetrics
@@ -86,9 +87,13 @@ def slots_needed(source_partitions: int, settings: Settings, *, beside: int = 0)
 
 def source_partitions(settings: Settings) -> int:
     """Partitions of the topics the matching query reads now: the intake topic's with
-    ``delivery.intake = "on"``, otherwise the source topics' (a topic created later adds
-    its own at the query's next batch); with none yet, ``kafka.topic_partitions``, the
-    first one's."""
+    ``delivery.intake = "on"`` (made just before: waited for, where counting the topics
+    that matched once found none on 500 source topics, and the default count chose
+    micro-batches for the intake topic), otherwise the source topics' (a topic created
+    later adds its own at the query's next batch); with none yet,
+    ``kafka.topic_partitions``, the first one's."""
+    if settings.delivery.intake == "on":
+        return topic_partitions(settings.kafka_bootstrap(), settings.delivery.intake_topic)
     return _partitions(settings, matched_topic_pattern(settings))
 
 
