@@ -2,6 +2,7 @@ import json
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Consumer, KafkaException
 
 from wayline.core.errors import ConfigError
 from wayline.core.settings import Settings
@@ -22,6 +23,14 @@ def test_environment_sets_nested_values(monkeypatch: pytest.MonkeyPatch) -> None
     settings = Settings()
     assert settings.kafka_bootstrap() == "b1:9092,b2:9092"
     assert settings.envelope.max_bytes == 4096
+
+
+def test_the_stream_fetch_settings_are_librdkafka_properties_it_takes() -> None:
+    fetch = Settings().kafka.stream_fetch()
+    # librdkafka refuses an unknown property or a value out of its range when the client is made.
+    Consumer({"group.id": "settings-check", **fetch}).close()
+    with pytest.raises(KafkaException):
+        Consumer({"group.id": "settings-check", **fetch, "fetch.wait.max.ms": -1})
 
 
 def test_the_example_file_is_valid_and_holds_the_defaults(monkeypatch: pytest.MonkeyPatch) -> None:

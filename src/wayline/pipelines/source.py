@@ -24,10 +24,13 @@ def read_kafka(spark: SparkSession, settings: Settings, pattern: str | None = No
         .option("startingOffsets", starting_offsets or settings.kafka.starting_offsets)
         .option("includeHeaders", "true")
     )
-    if not real_time:
-        # A micro-batch waits out one empty fetch per partition at the end of its range; a
-        # real-time read has no range end, so the broker's long poll there (Kafka's default
-        # wait) costs no latency and spares a busy loop of empty fetches.
+    if real_time:
+        # No range end: the broker gathers a fetch's records (kafka.stream_fetch_*), so a
+        # poll takes tens of them rather than waking for each one.
+        reader = (reader.option("kafka.fetch.min.bytes", settings.kafka.stream_fetch_min_bytes)
+                  .option("kafka.fetch.max.wait.ms", settings.kafka.stream_fetch_max_wait_ms))
+    else:
+        # A micro-batch waits out one empty fetch per partition at the end of its range.
         reader = (reader.option("kafka.fetch.max.wait.ms", settings.kafka.fetch_max_wait_ms)
                   # Back-pressure: a burst is worked off in bounded micro-batches, not all at once.
                   .option("maxOffsetsPerTrigger", max_offsets_per_trigger or settings.kafka.max_offsets_per_trigger))

@@ -108,6 +108,7 @@ class Intake:
             "partition.assignment.strategy": "cooperative-sticky",
             "session.timeout.ms": SESSION_TIMEOUT_MS,
             "topic.metadata.refresh.interval.ms": METADATA_REFRESH_MS,
+            **settings.kafka.stream_fetch(),
         })
         try:
             self._partitions = len(self._consumer.list_topics(self._topic, timeout=10).topics[self._topic].partitions)

@@ -8,7 +8,9 @@ only what must move). Its loop:
 
 1. **poll**: wait up to :data:`FIRST_WAIT_S` (less when an open batch is due sooner) for
    one record, then take at once whatever else the client has fetched, up to
-   :data:`MAX_BATCH`. An idle process sends a lone record as soon as it comes; a busy one
+   :data:`MAX_BATCH`. The broker answers a fetch once ``kafka.stream_fetch_min_bytes`` are
+   ready or after ``kafka.stream_fetch_max_wait_ms``, so an idle process sends a lone
+   record that much later at most, not one poll per record of a thin stream; a busy one
    finds the next batch already fetched (librdkafka fetches in the background while a
    stage runs), so batches grow with the load and nothing waits to fill one;
 2. **decode** the records into work rows and batch-mode pairs (:func:`decode`); a record
@@ -255,6 +257,7 @@ class Sender:
             "auto.offset.reset": "earliest",
             "partition.assignment.strategy": "cooperative-sticky",
             "session.timeout.ms": SESSION_TIMEOUT_MS,
+            **settings.kafka.stream_fetch(),
         })
         self._consumer.subscribe([delivery.work_topic], on_revoke=self._revoked, on_lost=self._lost)
 
