@@ -240,28 +240,34 @@ async def _cut_stragglers(tasks: Sequence[asyncio.Task[Result]], requests: Seque
     """Cancel the unfinished requests of slow endpoints, once only slow endpoints are left
     and the others are done (their positions go to ``cut``). An endpoint is slow when one
     of its requests has been out for ``cut_s`` and for :data:`STRAGGLER_FACTOR` times the
-    median answer of the group so far; one that is merely busy (waiting for its own
-    slots) is not. Slow is judged against the group's own answers, none before the first,
-    and a straggler is a minority: when most endpoints answer slowly (a loaded sender or a
-    shared upstream), none holds the others up, and cutting them would send the whole
-    stream through the retry path. A stage that caught up a backlog showed it: four
-    answers came, then every one of its 50 endpoints was cut and deferred for
-    ``slow_for_s``."""
+    median answer of the group so far, and its own answers, if it gave any, are that slow
+    too; one that is merely busy (waiting for its own slots, or answering at the group's
+    pace with a longer queue) is not. Slow is judged against the group's own answers,
+    none before the first, and a straggler is a minority: when most endpoints answer
+    slowly (a loaded sender or a shared upstream), none holds the others up, and cutting
+    them would send the whole stream through the retry path. Stages that caught up a
+    backlog on a loaded machine showed both: four answers came, then every one of its 50
+    endpoints was cut and deferred for ``slow_for_s``; and the endpoints with the most
+    requests left at a stage's end were cut while they answered like the rest."""
     loop = asyncio.get_running_loop()
     endpoints = len({request.endpoint.id for request in requests})
     while True:
         await asyncio.sleep(min(cut_s / 4, 0.05))
-        answers = [p.answered_in for p in progress if p.answered_in is not None]
-        if not answers:
+        answered: dict[str, list[float]] = {}
+        for request, p in zip(requests, progress, strict=True):
+            if p.answered_in is not None:
+                answered.setdefault(request.endpoint.id, []).append(p.answered_in)
+        if not answered:
             continue
-        out_for = max(cut_s, STRAGGLER_FACTOR * statistics.median(answers))
+        out_for = max(cut_s, STRAGGLER_FACTOR * statistics.median(a for own in answered.values() for a in own))
         now = loop.time()
         unfinished: dict[str, list[int]] = {}
         for position, task in enumerate(tasks):
             if not task.done():
                 unfinished.setdefault(requests[position].endpoint.id, []).append(position)
         slow = {endpoint for endpoint, positions in unfinished.items()
-                if any((sent := progress[p].sent_at) is not None and now - sent >= out_for for p in positions)}
+                if statistics.median(answered.get(endpoint) or [math.inf]) >= out_for
+                and any((sent := progress[p].sent_at) is not None and now - sent >= out_for for p in positions)}
         if not slow or len(slow) < len(unfinished) or len(unfinished) == endpoints or 2 * len(slow) > endpoints:
             # Nothing slow yet, or others still at work (a straggler holds up no one), or
             # most of the group is slow (the slowness is not theirs).
