@@ -119,6 +119,10 @@ def run_job(topic: str, args: argparse.Namespace, mix: tuple[int, int, int]) -> 
     conf.set("parallelism.default", "2")
     conf.set("pipeline.jars", ";".join(p.resolve().as_uri() for p in sorted((REPO / "jars" / "flink").glob("*.jar"))))
     conf.set("table.exec.source.idle-timeout", "1 s")
+    # 1,000 rules are hundreds of operators and channels: the mini-cluster's default 64 MB
+    # of network buffers ran out ("Insufficient number of network buffers") before any event.
+    conf.set("taskmanager.memory.network.min", "512mb")
+    conf.set("taskmanager.memory.network.max", "512mb")
     env.execute_sql(source_ddl("events", topic, args.bootstrap, args.lateness_s))
     env.execute_sql(sink_ddl(args.bootstrap, output_topic(args.output_topic, mix)))
     env.execute_sql("CREATE TEMPORARY VIEW flat AS SELECT id, type, tenantid, data.`user` AS `user`, "
