@@ -47,7 +47,6 @@ from aiohttp import web
 from confluent_kafka import Producer
 
 from toolkit import cli
-from toolkit.produce import paced
 from toolkit.receiver import serve
 from toolkit.results import RESULTS, record_results
 from toolkit.stack import LOOPBACK, fresh_stack, stop, wayline
@@ -59,6 +58,7 @@ from wayline.registry import catalog, customer, subscription
 from wayline.registry.access import ADMIN
 from wayline.registry.db import Database
 from wayline.registry.endpoint import EndpointIn, EndpointService
+from wayline.stack.loadgen import paced
 
 REPO = Path(__file__).resolve().parent.parent
 PREFIX = "events.crashbench."

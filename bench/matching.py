@@ -46,7 +46,6 @@ from confluent_kafka import Message, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from toolkit import cli
-from toolkit.produce import paced
 from toolkit.results import record_results
 from toolkit.stack import LOOPBACK, fresh_stack
 from toolkit.stats import quantile
@@ -59,6 +58,7 @@ from wayline.registry import catalog, customer, subscription
 from wayline.registry.access import ADMIN
 from wayline.registry.db import Database
 from wayline.registry.endpoint import EndpointIn, EndpointService
+from wayline.stack.loadgen import paced
 from wayline.stack.spark import spark_session
 
 TYPES = 500

@@ -40,13 +40,13 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from sqlalchemy import text
 
 from toolkit import cli
-from toolkit.produce import paced
 from toolkit.results import record_results
 from toolkit.stack import fresh_stack
 from toolkit.stats import quantile
 from toolkit.topics import read_topic
 from toolkit.waiting import wait_planned
 from wayline.registry.db import make_engine
+from wayline.stack.loadgen import paced
 from wayline.stack.spark import spark_session
 
 TYPES = 500

@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import math
 import multiprocessing
-import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from confluent_kafka import Producer
 
 from wayline.stack import loadgen
+from wayline.stack.loadgen import paced
 
-TICK_S = 0.01
 SPAWN = multiprocessing.get_context("spawn")
 
 
@@ -43,18 +41,6 @@ def produce_all(bootstrap: str, records: Iterable[tuple[str, bytes, bytes | None
     return sent
 
 
-def paced(rate: float, seconds: float = math.inf, *, tick_s: float, stop: threading.Event | None = None
-          ) -> Iterator[int]:
-    """How many events are due at each tick, every ``tick_s``, for ``rate`` per second from
-    the first tick: for ``seconds``, or until ``stop`` is set."""
-    began, sent = time.monotonic(), 0
-    while (elapsed := time.monotonic() - began) < seconds and not (stop is not None and stop.is_set()):
-        due = int(rate * elapsed) - sent
-        yield due
-        sent += due
-        time.sleep(tick_s)
-
-
 def _emit(producer: Producer, record: loadgen.Record) -> None:
     send(producer, record.topic, record.value, record.key)
 
@@ -75,7 +61,7 @@ def produce_paced(bootstrap: str, prefix: str, run_id: str, segments: list[tuple
     marks = []
     for rate, seconds in segments:
         began_at, sent = time.time(), 0
-        for due in paced(rate, seconds, tick_s=TICK_S):
+        for due in paced(rate, seconds):
             # A fresh `records` call stamps its first event with the time now.
             for record in factory.records(due):
                 emit(producer, record)

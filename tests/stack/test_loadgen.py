@@ -1,6 +1,13 @@
+import threading
+import time
+from collections import Counter
+
 import orjson
 
+from wayline.core.kafka import ensure_topics
+from wayline.core.settings import Settings
 from wayline.stack import loadgen
+from tests.recon.streams import read_records
 
 
 def test_a_topic_per_domain_by_default() -> None:
@@ -23,3 +30,38 @@ def test_the_types_layout_gives_each_of_the_500_types_a_topic() -> None:
     # The same event types as the per-domain layout: only where they are written changes.
     types = {orjson.loads(r.value)["type"] for r in records}
     assert types <= {t.name for t in loadgen.catalog()} and len(types) > 50
+
+
+def test_an_events_time_is_the_time_it_is_made_not_of_an_earlier_record() -> None:
+    # Receivers measure latency from `time`: a stamp kept for a hundred records made a
+    # paced stream at 300/s look up to a third of a second later than it was.
+    records = loadgen.EventFactory(seed=3).records()
+    first = orjson.loads(next(records).value)["time"]
+    time.sleep(0.02)
+    assert orjson.loads(next(records).value)["time"] > first
+
+
+def test_a_paced_stream_goes_out_every_tick_not_in_bursts(settings: Settings, unique: str) -> None:
+    # At 300/s the demo's producer sent a thousand records at once, then slept 3.3 s: every
+    # stage after it saw a burst, and the demo's latencies were the burst's.
+    prefix = f"paced.{unique}."
+    bootstrap = settings.kafka_bootstrap()
+    ensure_topics(bootstrap, loadgen.topics(prefix, layout="ingest"), 1)
+    summary = loadgen.produce(bootstrap, loadgen.EventFactory(topic_prefix=prefix, layout="ingest").records(600),
+                              rate=400)
+    assert summary.sent == 600 and summary.seconds > 1.2
+    sent_at = Counter(message.timestamp()[1] // 100 for message in read_records(bootstrap, f"{prefix}ingest"))
+    assert sum(sent_at.values()) == 600
+    assert max(sent_at.values()) < 600 * 0.4, f"records per 100 ms: {sorted(sent_at.values())}"
+
+
+def test_a_stream_stops_when_told(settings: Settings, unique: str) -> None:
+    prefix = f"stopped.{unique}."
+    bootstrap = settings.kafka_bootstrap()
+    ensure_topics(bootstrap, loadgen.topics(prefix, layout="ingest"), 1)
+    stop = threading.Event()
+    threading.Timer(0.5, stop.set).start()
+    summary = loadgen.produce(bootstrap, loadgen.EventFactory(topic_prefix=prefix, layout="ingest").records(),
+                              rate=200, stop=stop)
+    assert 0 < summary.sent < 400
+    assert len(read_records(bootstrap, f"{prefix}ingest")) == summary.sent

@@ -450,7 +450,7 @@ def demo(
     def feed() -> None:
         factory = loadgen.EventFactory(topic_prefix=settings.kafka.event_topic_prefix, bad_fraction=bad_fraction)
         try:
-            loadgen.produce(state.kafka_bootstrap, factory.records(), rate=rate, should_stop=stop.is_set)
+            loadgen.produce(state.kafka_bootstrap, factory.records(), rate=rate, stop=stop)
         except BaseException as exc:  # surfaced in the main thread below
             failures.append(exc)
 

@@ -82,6 +82,13 @@ class KafkaSettings(_Section):
                     "those hops may add when the stream is thin",
     )
 
+    stream_linger_ms: int = Field(
+        default=5, ge=0,
+        description="the delivery path's producers (the matching query's Kafka sink, the intake and sender "
+                    "processes) gather a batch this long; at 0, Kafka's Java default, the matching query sent "
+                    "each record in a request of its own",
+    )
+
     def stream_fetch(self) -> dict[str, int]:
         """The fetch settings of a reader that never ends, in librdkafka's names."""
         return {"fetch.min.bytes": self.stream_fetch_min_bytes, "fetch.wait.max.ms": self.stream_fetch_max_wait_ms}
@@ -435,7 +442,11 @@ class ReconSettings(_Section):
     buckets: int = Field(
         default=16, ge=1, le=1024, description="stateful-operator keys per reconciliation; each holds many ids"
     )
-    trigger_interval_s: float = Field(default=1.0, gt=0, description="a micro-batch starts at most this often")
+    trigger_interval_s: float = Field(
+        default=10.0, gt=0,
+        description="a micro-batch starts at most this often (one runs on every trigger, data or not); verdicts "
+                    "come per window and n seconds after, so this only adds up to its length to them",
+    )
     version_poll_s: float = Field(
         default=2.0, gt=0, description="the reconciliations' version is read at most this often"
     )

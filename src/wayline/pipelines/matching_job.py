@@ -219,6 +219,7 @@ def start_matching_query(spark: SparkSession, settings: Settings, live: LiveSnap
         work_records(units, live.version, settings)
         .writeStream.format("kafka").queryName(QUERY_NAME)
         .option("kafka.bootstrap.servers", settings.kafka_bootstrap())
+        .option("kafka.linger.ms", settings.kafka.stream_linger_ms)
         .option("checkpointLocation", str(checkpoint))
         .outputMode("update")
     )

@@ -95,7 +95,7 @@ class Intake:
             "bootstrap.servers": bootstrap,
             # Retries keep each partition's order and add no copies of their own.
             "enable.idempotence": True,
-            "linger.ms": 5,
+            "linger.ms": settings.kafka.stream_linger_ms,
         })
         self._consumer = Consumer({
             "bootstrap.servers": bootstrap,

@@ -51,6 +51,7 @@ class WorkerPool:
         self._transport: AiohttpTransport | ReqwestTransport = transport_for(settings.registry.url_allow_list, settings.delivery.http_client)()
         self._runner.run(self._transport.__aenter__())
         self._bootstrap = settings.kafka_bootstrap()
+        self._linger_ms = settings.kafka.stream_linger_ms
         self._producer: Producer | None = None
         self._lock = threading.Lock()
 
@@ -68,7 +69,7 @@ class WorkerPool:
         """Made on first use: most tasks have no record to write."""
         if self._producer is None:
             self._producer = Producer({
-                "bootstrap.servers": self._bootstrap, "enable.idempotence": True, "linger.ms": 5,
+                "bootstrap.servers": self._bootstrap, "enable.idempotence": True, "linger.ms": self._linger_ms,
                 "message.max.bytes": MAX_RECORD_BYTES,
             })
         return self._producer
