@@ -255,6 +255,12 @@ def test_the_matching_query_writes_every_request_and_follows_the_registry(
     checkpoint = tmp_path / "checkpoint"
     job = _start(spark, settings, database, checkpoint)
     try:
+        # Reading is told by its tasks at work, not by a batch's end: a real-time batch
+        # reports its progress only when it ends (here after 5 s).
+        assert job.wait_until_reading(60)
+        if trigger == "realtime":
+            assert job.matching.query.lastProgress is None
+
         # Act 1: the exact records.
         def routed(kind: str) -> list[Message]:
             return [m for m in read_records(bootstrap, settings.delivery.work_topic) if _headers(m)[work.KIND] == kind]

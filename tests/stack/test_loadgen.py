@@ -4,10 +4,10 @@ from collections import Counter
 
 import orjson
 
+from tests.recon.streams import read_records
 from wayline.core.kafka import ensure_topics
 from wayline.core.settings import Settings
 from wayline.stack import loadgen
-from tests.recon.streams import read_records
 
 
 def test_a_topic_per_domain_by_default() -> None:

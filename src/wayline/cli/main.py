@@ -153,6 +153,11 @@ def run_inspect() -> None:
     _watch_inspect(Settings())
 
 
+READING_TIMEOUT_S = 120.0
+"""How long `wayline run delivery` waits for the matching query to read before it starts the
+rest (the retry drain, the self-audit, the demo's producer) anyway."""
+
+
 def _watch_delivery(settings: Settings, receiver: Receiver | None = None,
                     stop_when: Callable[[], bool] = lambda: False, *, retries: bool = False,
                     self_audit: bool = False, on_running: Callable[[], None] = lambda: None) -> None:
@@ -164,7 +169,8 @@ def _watch_delivery(settings: Settings, receiver: Receiver | None = None,
     "senders"`` the job is the matching query, ``delivery.sender_processes`` sender
     processes send what it routes, and where ``delivery.intake`` is on,
     ``delivery.intake_processes`` intake processes copy the source topics for it.
-    ``on_running`` is called once the queries run, before the view starts."""
+    ``on_running`` is called once the queries run (with the senders engine, once the
+    matching query reads), before the view starts."""
     from wayline.cli.views import delivery_view, senders_view
     from wayline.delivery.metrics import DeliveryMetrics
 
@@ -206,6 +212,12 @@ def _watch_delivery(settings: Settings, receiver: Receiver | None = None,
                 return senders_view(progress, input_rate, stats, receiver.recent() if receiver else None)
             return delivery_view(metrics.overview(), input_rate, stats)
 
+        if senders:
+            with console.status("the matching query plans its first batch…"):
+                reading = job.wait_until_reading(READING_TIMEOUT_S)
+            if not reading:
+                console.print(f"the matching query does not read yet after {READING_TIMEOUT_S:g} s; going on")
+        # Started once it reads: their own first plans would slow its first.
         retry_drain = compose.retry_drain(settings, wiring.database, metrics) if retries else None
         recon = compose.recon_job(wiring) if self_audit else None
         on_running()

@@ -46,6 +46,7 @@ import logging
 import os
 import re
 import threading
+import time
 from pathlib import Path
 
 from confluent_kafka import KafkaException
@@ -72,6 +73,7 @@ from wayline.registry.endpoint import EndpointService
 _log = logging.getLogger(__name__)
 
 QUERY_NAME = "wayline-matching"
+READING_POLL_S = 0.5
 OBSERVED = "wayline-matching"
 """The name of the matching query's observed metrics in its progress."""
 
@@ -271,6 +273,24 @@ class MatchingJob:
             self.ensure_batching()
         self._poller.start()
         return self
+
+    def wait_until_reading(self, timeout_s: float) -> bool:
+        """Wait until the matching query reads: a task of its running batch is at work (the
+        real-time trigger's one long batch), or it has finished a batch. Its first plan takes
+        seconds on a cold JVM, and what is sent meanwhile waits for it. Whether it reads
+        within ``timeout_s`` (False, too, when it stopped)."""
+        tracker = self._spark.sparkContext.statusTracker()
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and self.isActive:
+            query = self.matching.query
+            if query is not None and (query.lastProgress is not None or any(
+                    (stage := tracker.getStageInfo(stage_id)) is not None and stage.numActiveTasks > 0
+                    for job_id in tracker.getJobIdsForGroup(str(query.runId))
+                    if (job := tracker.getJobInfo(job_id)) is not None and job.status == "RUNNING"
+                    for stage_id in job.stageIds)):
+                return True
+            time.sleep(READING_POLL_S)
+        return False
 
     @property
     def registry_version(self) -> int | None:
