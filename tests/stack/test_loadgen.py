@@ -63,5 +63,5 @@ def test_a_stream_stops_when_told(settings: Settings, unique: str) -> None:
     threading.Timer(0.5, stop.set).start()
     summary = loadgen.produce(bootstrap, loadgen.EventFactory(topic_prefix=prefix, layout="ingest").records(),
                               rate=200, stop=stop)
-    assert 0 < summary.sent < 400
+    assert 0 < summary.sent < 200 * 5  # stopped within seconds of being told, however loaded the machine
     assert len(read_records(bootstrap, f"{prefix}ingest")) == summary.sent

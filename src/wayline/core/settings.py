@@ -81,7 +81,6 @@ class KafkaSettings(_Section):
         description="how long the broker holds such a fetch for stream_fetch_min_bytes: the latency each of "
                     "those hops may add when the stream is thin",
     )
-
     stream_linger_ms: int = Field(
         default=5, ge=0,
         description="the delivery path's producers (the matching query's Kafka sink, the intake and sender "

@@ -73,9 +73,10 @@ from wayline.registry.endpoint import EndpointService
 _log = logging.getLogger(__name__)
 
 QUERY_NAME = "wayline-matching"
-READING_POLL_S = 0.5
 OBSERVED = "wayline-matching"
 """The name of the matching query's observed metrics in its progress."""
+READING_POLL_S = 0.5
+"""How often :meth:`MatchingJob.wait_until_reading` looks."""
 
 
 def slots_needed(source_partitions: int, settings: Settings, *, beside: int = 0) -> int:
@@ -279,17 +280,25 @@ class MatchingJob:
         real-time trigger's one long batch), or it has finished a batch. Its first plan takes
         seconds on a cold JVM, and what is sent meanwhile waits for it. Whether it reads
         within ``timeout_s`` (False, too, when it stopped)."""
-        tracker = self._spark.sparkContext.statusTracker()
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline and self.isActive:
             query = self.matching.query
-            if query is not None and (query.lastProgress is not None or any(
-                    (stage := tracker.getStageInfo(stage_id)) is not None and stage.numActiveTasks > 0
-                    for job_id in tracker.getJobIdsForGroup(str(query.runId))
-                    if (job := tracker.getJobInfo(job_id)) is not None and job.status == "RUNNING"
-                    for stage_id in job.stageIds)):
+            if query is not None and (query.lastProgress is not None or self._tasks_at_work(str(query.runId))):
                 return True
             time.sleep(READING_POLL_S)
+        return False
+
+    def _tasks_at_work(self, run_id: str) -> bool:
+        """Whether a running job of the query's run (Spark names its jobs' group after the run
+        id) has a task at work."""
+        tracker = self._spark.sparkContext.statusTracker()
+        for job_id in tracker.getJobIdsForGroup(run_id):
+            job = tracker.getJobInfo(job_id)
+            if job is None or job.status != "RUNNING":
+                continue
+            if any((stage := tracker.getStageInfo(stage_id)) is not None and stage.numActiveTasks > 0
+                   for stage_id in job.stageIds):
+                return True
         return False
 
     @property

@@ -20,11 +20,14 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import orjson
 
 from wayline.core.errors import RetryLater
+
+if TYPE_CHECKING:
+    from confluent_kafka import Producer
 
 DOMAINS = (
     "billing", "orders", "crm", "inventory", "shipping", "payments", "identity", "support",
@@ -237,7 +240,7 @@ def _chunks(stop: threading.Event | None) -> Iterator[int]:
         yield PROGRESS_EVERY
 
 
-def _send(producer: Any, records: Iterable[Record], delivered: Callable[[Any, Any], None]) -> int:
+def _send(producer: Producer, records: Iterable[Record], delivered: Callable[[Any, Any], None]) -> int:
     """Produce ``records``; how many there were. While the producer's local queue is full,
     wait for the broker to catch up."""
     sent = 0
@@ -253,6 +256,6 @@ def _send(producer: Any, records: Iterable[Record], delivered: Callable[[Any, An
 
 
 __all__ = [
-    "STAMP_EVERY_S", "TICK_S", "EventFactory", "EventType", "ProduceSummary", "Record", "catalog", "paced", "produce",
+    "PROGRESS_EVERY", "STAMP_EVERY_S", "TICK_S", "EventFactory", "EventType", "ProduceSummary", "Record", "catalog", "paced", "produce",
     "subtenants_of", "tenant_id", "topics",
 ]
