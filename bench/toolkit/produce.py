@@ -49,7 +49,7 @@ def produce_paced(bootstrap: str, prefix: str, run_id: str, segments: list[tuple
                   emit: Callable[[Producer, loadgen.Record], None] | None = None,
                   layout: loadgen.Layout = "domains") -> None:
     """The steady producer's process: each (rate, seconds) segment in turn, paced every
-    ``TICK_S``, each tick's events stamped with the time they are sent. Sends back, per
+    ``loadgen.TICK_S``, each tick's events stamped with the time they are sent. Sends back, per
     segment, its epoch bounds and the rate it achieved. ``emit`` writes each event
     (``bench/senders.py``: as work records); default: to its event topic."""
     emit = emit or _emit
@@ -62,7 +62,7 @@ def produce_paced(bootstrap: str, prefix: str, run_id: str, segments: list[tuple
     for rate, seconds in segments:
         began_at, sent = time.time(), 0
         for due in paced(rate, seconds):
-            # A fresh `records` call stamps its first event with the time now.
+            # Each event is stamped with the time it is made (to the millisecond).
             for record in factory.records(due):
                 emit(producer, record)
             sent += due
