@@ -230,6 +230,26 @@ def test_a_real_time_query_that_would_take_every_slot_is_refused(spark, settings
 
 @pytest.mark.integration
 @pytest.mark.slow
+def test_a_real_time_query_reads_long_before_its_first_batch_ends(
+    spark, api_settings: Settings, database, unique: str, tmp_path: Path,
+) -> None:
+    # What is started after the matching query waits for its tasks at work, not for a
+    # batch's end: a real-time batch reports its first progress only when it ends.
+    name = f"mr{unique}"
+    settings = _settings(api_settings, "realtime", name)
+    settings = settings.model_copy(update={"delivery": settings.delivery.model_copy(update={
+        "realtime_checkpoint_s": 300.0})})
+    ensure_topics(settings.kafka_bootstrap(), [f"events.{name}.orders"], 1)
+    job = _start(spark, settings, database, tmp_path / "checkpoint")
+    try:
+        assert job.wait_until_reading(120)
+        assert job.matching.query.lastProgress is None
+    finally:
+        job.stop()
+
+
+@pytest.mark.integration
+@pytest.mark.slow
 @pytest.mark.parametrize("trigger", ["micro_batch", "realtime"])
 def test_the_matching_query_writes_every_request_and_follows_the_registry(
     spark, api_settings: Settings, database, unique: str, trigger: str, tmp_path: Path,
@@ -255,11 +275,7 @@ def test_the_matching_query_writes_every_request_and_follows_the_registry(
     checkpoint = tmp_path / "checkpoint"
     job = _start(spark, settings, database, checkpoint)
     try:
-        # Reading is told by its tasks at work, not by a batch's end: a real-time batch
-        # reports its progress only when it ends (here after 5 s).
         assert job.wait_until_reading(60)
-        if trigger == "realtime":
-            assert job.matching.query.lastProgress is None
 
         # Act 1: the exact records.
         def routed(kind: str) -> list[Message]:
