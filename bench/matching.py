@@ -28,6 +28,9 @@ producer stamped into it (``data.sent_ms``), both this machine's clock; the firs
 
     # from the checkout, WAYLINE_SPARK__DRIVER_MEMORY=1g WAYLINE_STACK__BROKER_HEAP=512m
     .venv/bin/python bench/matching.py --runs 1 --rates 300 1000 5000 --seconds 30
+
+Each result also has the query's batches (rows, whole time, planning and run, from Spark's
+progress) and how many classes Janino compiled while it ran.
 """
 
 from __future__ import annotations
@@ -102,7 +105,7 @@ def remove_subscription(database: Database, subscription_id: str) -> None:
         subscription.delete(s, ADMIN, subscription_id)
 
 
-def settings_for(base: Settings, system: str, tag: str, checkpoint_s: float) -> Settings:
+def settings_for(base: Settings, system: str, tag: str, checkpoint_s: float, audit: bool) -> Settings:
     return base.model_copy(update={
         "kafka": base.kafka.model_copy(update={"event_topic_prefix": f"events.{tag}.",
                                                "alert_topic_prefix": f"alerts.{tag}.", "topic_partitions": PARTITIONS}),
@@ -110,7 +113,7 @@ def settings_for(base: Settings, system: str, tag: str, checkpoint_s: float) -> 
             "engine": "senders", "matching_trigger": "micro_batch" if system == "floor" else system,
             "work_topic": f"wayline.work.{tag}", "work_partitions": PARTITIONS,
             "batch_topic": f"wayline.batching.{tag}", "realtime_checkpoint_s": checkpoint_s}),
-        "audit": base.audit.model_copy(update={"enabled": False}),
+        "audit": base.audit.model_copy(update={"enabled": audit}),
     })
 
 
@@ -127,8 +130,8 @@ def create_topics(settings: Settings) -> str:
 
 
 class Running:
-    def __init__(self, stop: Any, failure: Any) -> None:
-        self.stop, self.failure = stop, failure
+    def __init__(self, stop: Any, failure: Any, progress: Any) -> None:
+        self.stop, self.failure, self.progress = stop, failure, progress
 
 
 def start(system: str, spark: Any, settings: Settings, database: Database, checkpoint: Path) -> Running:
@@ -144,12 +147,28 @@ def start(system: str, spark: Any, settings: Settings, database: Database, check
                  .option("checkpointLocation", str(checkpoint))
                  .trigger(processingTime=f"{round(settings.delivery.trigger_interval_s * 1000)} milliseconds")
                  .start())
-        return Running(query.stop, query.exception)
+        return Running(query.stop, query.exception, lambda: query.recentProgress)
     from wayline.pipelines.matching_job import MatchingJob
 
     job = MatchingJob(spark, settings, database, EndpointService.from_settings(settings), DeliveryMetrics(),
                       checkpoint).start()
-    return Running(job.stop, job.exception)
+    return Running(job.stop, job.exception,
+                   lambda: job.matching.query.recentProgress if job.matching.query is not None else [])
+
+
+def compilations(spark: Any) -> int:
+    """Generated classes Janino has compiled in this JVM so far (a class found in Spark's
+    code cache is not compiled again)."""
+    return spark._jvm.org.apache.spark.metrics.source.CodegenMetrics.METRIC_COMPILATION_TIME().getCount()
+
+
+def batch_times(progress: list[Any]) -> list[dict[str, Any]]:
+    """Per batch of the current query: its rows and, in ms, its whole time, its planning
+    and its run (a real-time batch's whole time less its checkpoint interval is how long the
+    query stopped reading at its end)."""
+    return [{"batch": p["batchId"], "rows": p["numInputRows"], "trigger_ms": p["durationMs"].get("triggerExecution"),
+             "planning_ms": p["durationMs"].get("queryPlanning"), "add_batch_ms": p["durationMs"].get("addBatch")}
+            for p in progress]
 
 
 def event(n: int, tag: str) -> bytes:
@@ -183,13 +202,14 @@ def work_row(message: Message) -> tuple[float, float, bytes, str]:
 
 
 def measure(system: str, scenario: str, spark: Any, base: Settings, database: Database, owner: str, state: Path,
-            rate: int, seconds: float, backlog: int, checkpoint_s: float) -> dict[str, Any]:
+            rate: int, seconds: float, backlog: int, checkpoint_s: float, audit: bool) -> dict[str, Any]:
     tag = f"{system.replace('_', '')}{scenario}{rate}{uuid.uuid4().hex[:4]}"
-    settings = settings_for(base, system, tag, checkpoint_s)
+    settings = settings_for(base, system, tag, checkpoint_s, audit)
     bootstrap = settings.kafka_bootstrap()
     topic = create_topics(settings)
     result: dict[str, Any] = {"system": system, "scenario": scenario, "rate": rate,
-                              "load_average": os.getloadavg(), "realtime_checkpoint_s": checkpoint_s}
+                              "load_average": os.getloadavg(), "realtime_checkpoint_s": checkpoint_s,
+                              "audit": audit}
     records: list[tuple[float, float, bytes, str]] = []
     stop = threading.Event()
     expected = backlog if scenario == "backlog" else int(rate * seconds * 3)
@@ -197,6 +217,7 @@ def measure(system: str, scenario: str, spark: Any, base: Settings, database: Da
                               kwargs={"expected": expected, "stop": stop})
     if scenario == "backlog":
         produce(bootstrap, topic, tag, None, backlog)
+    compiled_before = compilations(spark)
     running = start(system, spark, settings, database, state / "checkpoints" / tag)
     started = time.time()
     try:
@@ -222,6 +243,7 @@ def measure(system: str, scenario: str, spark: Any, base: Settings, database: Da
         stop.set()
         reader.join()
         failure = running.failure()
+        result.update(batches=batch_times(running.progress()), compilations=compilations(spark) - compiled_before)
         running.stop()
     if failure is not None:
         result["error"] = str(failure)[:600]
@@ -253,6 +275,8 @@ def main() -> None:
     parser.add_argument("--backlog-events", type=int, default=100_000)
     parser.add_argument("--checkpoint-s", type=float, default=DeliverySettings().realtime_checkpoint_s,
                         help="delivery.realtime_checkpoint_s (default: the setting's default)")
+    parser.add_argument("--audit", action="store_true",
+                        help="route with the self-audit on, as `wayline run delivery` does (off: requests only)")
     parser.add_argument("--scenarios", type=cli.names(*SCENARIOS), default=list(SCENARIOS))
     parser.add_argument("--systems", type=cli.names(*SYSTEMS), default=list(SYSTEMS))
     parser.add_argument("--state", type=Path, default=Path("/tmp/wayline-bench-matching"))
@@ -271,7 +295,7 @@ def main() -> None:
                     if scenario == "swap" and system == "floor":
                         continue
                     result = measure(system, scenario, spark, settings, database, owner, args.state, rate,
-                                     args.seconds, args.backlog_events, args.checkpoint_s)
+                                     args.seconds, args.backlog_events, args.checkpoint_s, args.audit)
                     print(json.dumps(result), flush=True)
                     results.append(result)
                     # After each measurement: a run that fails later keeps what it measured.

@@ -106,6 +106,12 @@ def _expected_requests(spark, settings: Settings, database, topic: str) -> list[
     return sorted((r.endpoint_id.encode(), bytes(r.body), r.subscription_id, r.event_ids[0]) for r in rows)
 
 
+def _sources(execution) -> list[str]:
+    """The Java source of each whole-stage-generated stage of a query execution."""
+    stages = execution.debug().codegenToSeq()
+    return [stages.apply(n)._2() for n in range(stages.size())]
+
+
 def _engine(settings: Settings, trigger: str, master: str = "local[2]", intake: str = "off") -> Settings:
     return settings.model_copy(update={
         "delivery": settings.delivery.model_copy(update={"engine": "senders", "matching_trigger": trigger,
@@ -246,6 +252,45 @@ def test_a_real_time_query_reads_long_before_its_first_batch_ends(
         assert job.matching.query.lastProgress is None
     finally:
         job.stop()
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_the_matching_query_runs_the_same_code_in_every_batch(
+    spark, api_settings: Settings, database, unique: str, tmp_path: Path,
+) -> None:
+    # Code that differs between batches is compiled again in each: at every real-time
+    # checkpoint, compiling was a quarter of the planning thread's time. The batch's clock
+    # (the envelope's bound on event times, the self-audit records' time) made it differ.
+    name = f"mc{unique}"
+    settings = _settings(api_settings, "micro_batch", name)
+    bootstrap = settings.kafka_bootstrap()
+    topic = f"events.{name}.orders"
+    ensure_topics(bootstrap, [topic], 1)
+    event_type, tenant = f"{name}.order", f"{name}-t"
+    subscribe_single_and_batched(database, EndpointService.from_settings(settings), RECEIVER, event_type, tenant, BATCH)
+    executions: dict[int, object] = {}
+
+    def three_batches_ended() -> bool:
+        _produce(bootstrap, topic, [orjson.dumps(_event(name, len(executions), event_type, tenant))])
+        query = job.matching.query
+        execution = query._jsq.streamingQuery().lastExecution()
+        if execution is not None:
+            executions[execution.currentBatchId()] = execution
+        ended = query.lastProgress["batchId"] if query.lastProgress else -1
+        return sum(1 for batch in executions if batch <= ended) >= 3
+
+    job = _start(spark, settings, database, tmp_path / "checkpoint")
+    try:
+        wait_for(three_batches_ended, "three batches")
+        ended = job.matching.query.lastProgress["batchId"]
+        # Read once each batch has ended (a plan is made as its batch runs): each stage's
+        # Java source, without the plan it was made for (that names the batch's clock).
+        codes = [_sources(executions[batch]) for batch in sorted(executions) if batch <= ended]
+    finally:
+        job.stop()
+    first, *later = codes
+    assert later == [first] * len(later)
 
 
 @pytest.mark.integration

@@ -9,7 +9,8 @@ checks (`try_parse_json`, `schema_of_variant`) run only for rows already known t
 The clock an event's time is bounded by (``envelope.max_future_skew_s``) is
 ``current_timestamp()``: in a streaming plan, the micro-batch's own timestamp, kept in its
 offset log, so a replayed micro-batch gives every record the verdict it had (inside
-``foreachBatch``, the time the batch's job runs).
+``foreachBatch``, the time the batch's job runs). It is read through :func:`batch_micros`,
+which keeps it out of the generated code.
 """
 
 from __future__ import annotations
@@ -127,7 +128,7 @@ def _parse_steps(max_bytes: int, max_future_skew_s: float) -> tuple[Callable[[Da
         any_missing = any_missing | F.col(name).isNull()
     reparsed = F.try_parse_json(text)
     event_time = rfc3339_time(F.col("time"))
-    ahead = F.unix_micros(F.col("event_time")) - F.unix_micros(F.current_timestamp())
+    ahead = F.unix_micros(F.col("event_time")) - batch_micros()
     bad_header = F.exists("headers", lambda h: F.startswith(h["key"], F.lit(BINARY_PREFIX))
                           & ~F.is_valid_utf8(h["value"].cast("string")))
     reason = (
@@ -169,6 +170,16 @@ def _parse_steps(max_bytes: int, max_future_skew_s: float) -> tuple[Callable[[Da
         lambda frame: frame.select(*checked),
         lambda frame: frame.select("*", detail.alias("detail")).drop("_size", "_missing"),
     )
+
+
+def batch_micros() -> Column:
+    """The micro-batch's time (``current_timestamp()``) in microseconds since the epoch,
+    kept out of the generated code. Spark writes that time into a stage's Java source as a
+    constant, so a plan that used it directly would differ, and be compiled again, in every
+    micro-batch: at each real-time checkpoint of the matching query, compiling was a quarter
+    of the planning thread's time. ``reflect`` is evaluated without code generation, so the
+    time stays a value and the code stays the same from one batch to the next."""
+    return F.reflect(F.lit("java.lang.Long"), F.lit("valueOf"), F.unix_micros(F.current_timestamp())).cast("long")
 
 
 def rfc3339_time(text: Column) -> Column:
@@ -279,6 +290,6 @@ def event_body() -> Column:
 
 
 __all__ = [
-    "ENVELOPE_COLUMNS", "ENVELOPE_SCHEMA", "event_body", "parse_events", "quarantine_copy",
+    "ENVELOPE_COLUMNS", "ENVELOPE_SCHEMA", "batch_micros", "event_body", "parse_events", "quarantine_copy",
     "rfc3339_time", "valid_events",
 ]

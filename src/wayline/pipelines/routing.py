@@ -42,7 +42,7 @@ from wayline.core.settings import Settings
 from wayline.delivery import audit, work
 from wayline.delivery.bucket import Source
 from wayline.pipelines.batching import batch_work
-from wayline.pipelines.envelope import event_body, parse_events, quarantine_copy
+from wayline.pipelines.envelope import batch_micros, event_body, parse_events, quarantine_copy
 from wayline.pipelines.live_snapshot import BATCH, LiveSnapshot
 from wayline.pipelines.matching import with_subscriptions
 
@@ -66,7 +66,7 @@ def _audit(kind: str, record: Column, topic: str, outcome: str | None = None,
     """A unit that writes one self-audit record (:mod:`wayline.delivery.audit`, as the
     tasks build them for pairs) for the record being routed; with ``endpoint_id``, it goes
     to that endpoint's task, so the audit's writes spread as the sends do."""
-    at = F.date_format(F.current_timestamp(), "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX")
+    at = F.date_format(F.timestamp_micros(batch_micros()), "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX")
     data = F.struct(record.alias("record"), F.col("id").alias("event_id"), at.alias("event_time"),
                     F.col("topic").alias("topic"), F.lit(outcome).alias("outcome"))
     value = F.to_json(F.struct(
