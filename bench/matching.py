@@ -110,7 +110,8 @@ def settings_for(base: Settings, system: str, tag: str, checkpoint_s: float, aud
         "kafka": base.kafka.model_copy(update={"event_topic_prefix": f"events.{tag}.",
                                                "alert_topic_prefix": f"alerts.{tag}.", "topic_partitions": PARTITIONS}),
         "delivery": base.delivery.model_copy(update={
-            "engine": "senders", "matching_trigger": "micro_batch" if system == "floor" else system,
+            # The query on the source topics itself: no intake processes run here.
+            "engine": "senders", "matching_trigger": "micro_batch" if system == "floor" else system, "intake": "off",
             "work_topic": f"wayline.work.{tag}", "work_partitions": PARTITIONS,
             "batch_topic": f"wayline.batching.{tag}", "realtime_checkpoint_s": checkpoint_s}),
         "audit": base.audit.model_copy(update={"enabled": audit}),
