@@ -49,6 +49,7 @@ from confluent_kafka import Message, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from toolkit import cli
+from toolkit.codegen import compilations
 from toolkit.results import record_results
 from toolkit.stack import LOOPBACK, fresh_stack
 from toolkit.stats import quantile
@@ -155,12 +156,6 @@ def start(system: str, spark: Any, settings: Settings, database: Database, check
                       checkpoint).start()
     return Running(job.stop, job.exception,
                    lambda: job.matching.query.recentProgress if job.matching.query is not None else [])
-
-
-def compilations(spark: Any) -> int:
-    """Generated classes Janino has compiled in this JVM so far (a class found in Spark's
-    code cache is not compiled again)."""
-    return spark._jvm.org.apache.spark.metrics.source.CodegenMetrics.METRIC_COMPILATION_TIME().getCount()
 
 
 def batch_times(progress: list[Any]) -> list[dict[str, Any]]:

@@ -50,6 +50,7 @@ from confluent_kafka import Consumer, TopicPartition
 from sqlalchemy import delete
 
 from toolkit import cli
+from toolkit.codegen import compilations
 from toolkit.produce import produce_all
 from toolkit.results import RESULTS, record_results
 from toolkit.rules_mix import CONFIGS, MIXES, T0, stream, windows
@@ -94,6 +95,7 @@ def run_once(spark, settings: Settings, database: Database, events: int, checkpo
     from wayline.pipelines.rules_job import RulesJob
 
     shutil.rmtree(checkpoint, ignore_errors=True)
+    compiled_before = compilations(spark)
     job = RulesJob(spark, settings, database, checkpoint).start()
     try:
         # The job's own count: numInputRows counts every scan of the source in the plan.
@@ -129,6 +131,7 @@ def run_once(spark, settings: Settings, database: Database, events: int, checkpo
             "kafka_scans": plan.getvalue().count("MicroBatchScan"),
             "reused_exchanges": plan.getvalue().count("ReusedExchange"),
             "plan": plan.getvalue(),
+            "compilations": compilations(spark) - compiled_before,
             "matches": sum(c.matches for c in job.counters.rules.values()),
             "quarantined": sum(c.quarantined for c in job.counters.rules.values()),
         }
@@ -308,6 +311,7 @@ def main() -> None:
                   f"bytes {runs[-1]['state_bytes']:,}  kafka scans {runs[-1]['kafka_scans']} "
                   f"reused exchanges {runs[-1]['reused_exchanges']}  matches {runs[-1]['matches']:,}  "
                   f"rocksdb bytes {runs[-1]['rocksdb_bytes']:,}  quarantined {runs[-1]['quarantined']}  "
+                  f"classes compiled {runs[-1]['compilations']} in {runs[-1]['batches']} batches  "
                   f"per operator {runs[-1]['state_by_operator']}", flush=True)
             print(f"{'':>22}  without each run's first micro-batch: median "
                   f"{results[name]['median_warm_rate'] or 0:,.0f} events/s  runs {', '.join(f'{r:,.0f}' for r in warm_rates)}",
