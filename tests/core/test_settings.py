@@ -81,3 +81,10 @@ def test_the_alert_topics_are_apart_from_the_event_topics(alerts: str) -> None:
     # The rules job reads the event topics: alerts among them would be read back.
     with pytest.raises(ValueError, match="alert_topic_prefix .* must be set and must not overlap event_topic_prefix"):
         Settings(kafka={"alert_topic_prefix": alerts})
+
+
+def test_a_retry_lease_must_outlive_a_send_stage() -> None:
+    # A retry still being sent when its lease ran out would be claimed, and sent, again.
+    with pytest.raises(ValueError, match=r"retry_lease_s \(5 s\) must be above stage_deadline_s \(5 s\)"):
+        Settings(delivery={"retry_lease_s": 5.0})
+    assert Settings(delivery={"retry_lease_s": 5.5}).delivery.retry_lease_s == 5.5

@@ -327,7 +327,7 @@ class DeliverySettings(_Section):
     )
     retry_lease_s: float = Field(
         default=60.0, gt=0,
-        description="a claimed retry is due again after this long if its drainer died; keep above stage_deadline_s",
+        description="a claimed retry is due again after this long if its drainer died; must be above stage_deadline_s",
     )
     disable_after_s: float = Field(
         default=432_000.0, gt=0, description="an endpoint whose retries have all failed this long is disabled (5 days)"
@@ -344,6 +344,15 @@ class DeliverySettings(_Section):
         description="Wayline's own CloudEvents (endpoint disabled, message dead-lettered); under the event topic "
                     "prefix, so customers can subscribe to them like any event",
     )
+
+    @model_validator(mode="after")
+    def _lease_outlives_a_stage(self) -> DeliverySettings:
+        # A retry still being sent when its lease ran out would be claimed, and sent, again.
+        if self.retry_lease_s <= self.stage_deadline_s:
+            raise ValueError(f"retry_lease_s ({self.retry_lease_s:g} s) must be above stage_deadline_s "
+                             f"({self.stage_deadline_s:g} s): a retry still being sent when its lease runs out "
+                             "is claimed and sent again")
+        return self
 
 
 class RulesSettings(_Section):
