@@ -4,8 +4,8 @@ The delivery job writes one *consumed* CloudEvent per unit of work it took from 
 one *outcome* CloudEvent when that unit is settled for good; the built-in reconciliation
 (:mod:`wayline.recon.self_audit`) matches them by ``data.record``. A unit is:
 
-- a record no subscription delivered (quarantined, or filtered): ``record`` is its
-  ``topic/partition/offset``; consumed and outcome are written together;
+- a quarantined record: ``record`` is its ``topic/partition/offset``; consumed and outcome
+  are written together;
 - an (event, subscription) pair: ``record`` is ``subscription_id/event_id`` — the unit
   the delivery promise is about (a webhook id), so the same event twice on Kafka is one
   unit read twice (a duplicate on the consumed side), not two. Its outcome is written
@@ -14,8 +14,13 @@ one *outcome* CloudEvent when that unit is settled for good; the built-in reconc
 ``data.event_time`` is when the job consumed or settled the unit (the audit's own clock:
 an event's own time may be days old in a backlog), ``data.topic`` the Kafka topic it
 came from — for an outcome settled where that is no longer known (a batch, the retry
-path), the batch topic or :data:`RETRIES`. The JVM builds the consumed records and the outcomes of unmatched records
+path), the batch topic or :data:`RETRIES`. The JVM builds the consumed records and the outcomes of quarantined records
 (:mod:`wayline.pipelines.routing`); the sending tasks build the pairs' outcomes here.
+
+An event no subscription wants is not a unit: its outcome is decided in the projection
+that reads it, so pairing it would prove only that Kafka kept two writes, and it was
+most of the audit's volume and of the recon job's cost (docs/decisions.md, "The
+self-audit follows what leaves the projection"). The delivery metrics count it.
 """
 
 from __future__ import annotations
@@ -33,7 +38,6 @@ CONSUMED = "consumed"
 OUTCOMES = "outcomes"
 DELIVERED = "delivered"
 DEAD_LETTERED = "dead_lettered"
-FILTERED = "filtered"
 QUARANTINED = "quarantined"
 RETRIES = "wayline.retries"
 """``data.topic`` of the outcomes the retry path settles."""
@@ -89,6 +93,6 @@ def outcome_events(states: Iterable[State], topics: Mapping[str, str], otherwise
 
 
 __all__ = [
-    "CONSUMED", "DEAD_LETTERED", "DELIVERED", "FILTERED", "OUTCOMES", "QUARANTINED", "RETRIES", "SOURCE", "TENANT",
+    "CONSUMED", "DEAD_LETTERED", "DELIVERED", "OUTCOMES", "QUARANTINED", "RETRIES", "SOURCE", "TENANT",
     "audit_event", "event_type", "final_outcome", "outcome_events", "pair_record",
 ]

@@ -36,8 +36,9 @@ checkpoint interval, so the Spark master needs at least that many plus what, in 
 application, the recon job runs: see :func:`slots_needed`.
 
 Filtered events write nothing; they are counted by the query's observed metrics
-(:data:`OBSERVED`: ``events``, ``filtered``, ``quarantined``), reported in its progress
-at the end of each batch.
+(:data:`OBSERVED`: ``events``, ``filtered``, ``quarantined`` and per reason), reported in
+its progress at the end of each batch, which the job adds to the delivery metrics
+(``wayline_events``, ``wayline_events_filtered``, ``wayline_records_quarantined``).
 """
 
 from __future__ import annotations
@@ -47,19 +48,22 @@ import os
 import re
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
-from pyspark.sql import SparkSession
+from pyspark.sql import Row, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
+from wayline.core.envelope import Reason
 from wayline.core.errors import ConfigError, RetryLater
 from wayline.core.kafka import topic_partitions
 from wayline.core.settings import Settings, Trigger
 from wayline.core.topics import matched_topic_pattern
 from wayline.delivery.metrics import DeliveryMetrics
+from wayline.delivery.outcomes import BatchSummary
 from wayline.delivery.runtime.intake import ensure_intake_topic, uses_intake
 from wayline.pipelines.delivery import SendStep, ensure_delivery_topics, live_snapshots
 from wayline.pipelines.intake_source import from_origin
@@ -217,6 +221,8 @@ def start_matching_query(spark: SparkSession, settings: Settings, live: LiveSnap
         F.coalesce(F.sum("events"), F.lit(0)).alias("events"),
         F.count_if(F.col("kind") == F.lit("filtered")).alias("filtered"),
         F.count_if(F.col("kind") == F.lit("record")).alias("quarantined"),
+        *(F.count_if((F.col("kind") == F.lit("record")) & (F.col("reason") == F.lit(reason.value)))
+          .alias(f"quarantined_{reason.value}") for reason in Reason),
     )
     writer = (
         work_records(units, live.version, settings)
@@ -229,6 +235,13 @@ def start_matching_query(spark: SparkSession, settings: Settings, live: LiveSnap
     if realtime:
         return writer.trigger(realTime=f"{delivery.realtime_checkpoint_s:g} seconds").start()
     return writer.trigger(processingTime=f"{round(delivery.trigger_interval_s * 1000)} milliseconds").start()
+
+
+def counted(observed: Row) -> BatchSummary:
+    """A batch's :data:`OBSERVED` metrics as the delivery metrics count them."""
+    seen = observed.asDict()
+    return BatchSummary(events=seen["events"], filtered=seen["filtered"], batches=1, quarantined=Counter({
+        reason.value: seen[f"quarantined_{reason.value}"] for reason in Reason if seen[f"quarantined_{reason.value}"]}))
 
 
 class MatchingJob:
@@ -244,6 +257,9 @@ class MatchingJob:
         self.settings = settings
         """What the job runs with: the intake and the trigger decided."""
         self._database = database
+        self._metrics = metrics
+        self._counted_batch = -1
+        self._counting = threading.Lock()  # the version poller and stop() both count
         self._holder = live_snapshots(spark, settings, database, endpoints)
         self._root = checkpoint
         self._start_batching = SendStep(settings, database, self._holder, metrics).batching(spark, checkpoint / "batching")
@@ -251,7 +267,9 @@ class MatchingJob:
         self._asked_version: int | None = None
         # A real-time batch ends at its next checkpoint: waiting for it routes nothing twice.
         wait_s = settings.delivery.realtime_checkpoint_s + 60 if settings.delivery.matching_trigger == "realtime" else 60
-        self.matching = RestartingQuery(QUERY_NAME, self._start_matching, batch_end_wait_s=wait_s)
+        # Counted before a restart replaces the query whose progress holds them.
+        self.matching = RestartingQuery(QUERY_NAME, self._start_matching, on_restart=self._count_batches,
+                                        batch_end_wait_s=wait_s)
         self.batching: StreamingQuery | None = None
         self._lock = threading.Lock()
         self._stopped = threading.Event()
@@ -322,6 +340,7 @@ class MatchingJob:
 
     def _follow_versions(self) -> None:
         while not self._stopped.wait(self.settings.delivery.version_poll_s):
+            self._count_batches()
             # The holder reads the version (a registry it cannot read keeps the snapshot it has).
             version = self._holder.current().version
             # Asked once per version: a restart takes longer than a poll.
@@ -329,6 +348,17 @@ class MatchingJob:
                 self._asked_version = version
                 _log.info("registry version %d: restarting the matching query", version)
                 self.matching.restart()
+
+    def _count_batches(self) -> None:
+        """Add the batches that ended since the last look to the delivery metrics, each once
+        (batch ids go on across restarts on the checkpoint; one replayed is not counted again)."""
+        query = self.matching.query
+        with self._counting:
+            for progress in query.recentProgress if query is not None else []:
+                observed = progress.observedMetrics.get(OBSERVED)
+                if progress.batchId > self._counted_batch and observed is not None:
+                    self._metrics.add(counted(observed))
+                    self._counted_batch = progress.batchId
 
     def ensure_batching(self) -> None:
         """Start the batching query unless it runs."""
@@ -362,12 +392,13 @@ class MatchingJob:
             self._batching_failure = batching.exception() if batching is not None else None
             self._stopped.set()
         self.matching.stop()
+        self._count_batches()
         if batching is not None:
             batching.stop()
 
 
 __all__ = [
-    "OBSERVED", "QUERY_NAME", "MatchingJob", "check_slots", "chosen_trigger", "cores_for", "slots_needed",
+    "OBSERVED", "QUERY_NAME", "MatchingJob", "check_slots", "chosen_trigger", "cores_for", "counted", "slots_needed",
     "resolved", "source_partitions", "start_matching_query", "with_enough_slots", "with_intake", "with_matching_jvm",
     "with_trigger",
 ]

@@ -10,8 +10,9 @@ subscriptions (:mod:`~wayline.pipelines.matching`) and turn it into work rows
   batch mode a pair, cut into ``batch`` requests and bundle ``record`` rows per
   (subscription, shard) by :func:`~wayline.pipelines.batching.batch_work`;
 - with ``audit.enabled``, ``audit`` rows: the self-audit's records
-  (:mod:`wayline.delivery.audit`) — a consumed record per unit, and the outcome of an
-  unmatched record (a pair's outcome comes from the task that settles it).
+  (:mod:`wayline.delivery.audit`) — a consumed record per pair and per quarantined
+  record, and the quarantined record's outcome (a pair's outcome comes from the task that
+  settles it); a filtered event writes none, its count is the batch's.
 
 An event's first row carries ``events = 1``, so the tasks' counts add up to the
 micro-batch's without a pass of their own.
@@ -96,16 +97,13 @@ def _units(quarantine_topic: str, quarantine_max_bytes: int, consumed_topic: str
     """A routed record's units (made once: see ``envelope._parse_steps``); with no
     ``consumed_topic``, no self-audit records."""
     copy = quarantine_copy(quarantine_topic, quarantine_max_bytes)
-    quarantined = _unit(kind=F.lit("record"), topic=copy["topic"], key=copy["key"], body=copy["value"],
-                        headers=copy["headers"], reason=F.col("reason"))
-    filtered = _unit(kind=F.lit("filtered"), events=F.lit(1))
-    unit_record = F.concat_ws("/", "topic", "partition", "offset")
-
-    def unmatched(unit: Column, outcome: str) -> Column:
-        if consumed_topic is None:
-            return F.array(unit)
-        return F.array(unit, _audit(audit.CONSUMED, unit_record, consumed_topic),
-                       _audit(audit.OUTCOMES, unit_record, outcomes_topic, outcome))
+    copied = _unit(kind=F.lit("record"), topic=copy["topic"], key=copy["key"], body=copy["value"],
+                   headers=copy["headers"], reason=F.col("reason"))
+    record = F.concat_ws("/", "topic", "partition", "offset")
+    quarantined = F.array(copied) if consumed_topic is None else F.array(
+        copied, _audit(audit.CONSUMED, record, consumed_topic),
+        _audit(audit.OUTCOMES, record, outcomes_topic, audit.QUARANTINED))
+    filtered = F.array(_unit(kind=F.lit("filtered"), events=F.lit(1)))
 
     def pair(route: Column, position: Column) -> Column:
         unit = _unit(
@@ -121,8 +119,11 @@ def _units(quarantine_topic: str, quarantine_max_bytes: int, consumed_topic: str
         return F.array(unit, _audit(audit.CONSUMED, record, consumed_topic, endpoint_id=route["endpoint_id"]))
 
     return (
-        F.when(F.col("reason").isNotNull(), unmatched(quarantined, audit.QUARANTINED))
-        .when(F.size("subscriptions") == 0, unmatched(filtered, audit.FILTERED))
+        F.when(F.col("reason").isNotNull(), quarantined)
+        # No audit records: a filtered event's outcome is decided in this very projection, so
+        # pairing it proved only that Kafka kept both writes, at most of the self-audit's
+        # cost (docs/decisions.md, "The self-audit follows what leaves the projection").
+        .when(F.size("subscriptions") == 0, filtered)
         .otherwise(F.flatten(F.transform("subscriptions", pair)))
     )
 

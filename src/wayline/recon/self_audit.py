@@ -1,9 +1,10 @@
 """The delivery self-audit: a built-in reconciliation proving each consumed record reached one outcome.
 
-The delivery job writes, per Kafka record it consumes, a CloudEvent on ``audit.consumed_topic``
-(``data``: ``record`` = "topic/partition/offset", ``event_id``, ``event_time``, ``topic``) and,
-per final outcome, one on ``audit.outcomes_topic`` (the same ``data`` plus ``outcome``:
-delivered, filtered, quarantined or dead_lettered). The reconciliation named :data:`NAME`
+The delivery job writes, per unit it consumes (:mod:`wayline.delivery.audit`: an event and
+subscription pair, or a quarantined record), a CloudEvent on ``audit.consumed_topic``
+(``data``: ``record``, ``event_id``, ``event_time``, ``topic``) and, per final outcome, one
+on ``audit.outcomes_topic`` (the same ``data`` plus ``outcome``: delivered, quarantined or
+dead_lettered). The reconciliation named :data:`NAME`
 reads both by ``data.record`` (id), ``data.event_time`` (time) and ``data.topic`` (source):
 a consumed record with no outcome is *missing*, a second outcome a *duplicate*. So "every
 consumed record reached exactly one final outcome" reads as completeness 100 % and no
