@@ -18,8 +18,8 @@ path), the batch topic or :data:`RETRIES`. The JVM builds the consumed records a
 (:mod:`wayline.pipelines.routing`); the sending tasks build the pairs' outcomes here.
 
 An event no subscription wants is not a unit: its outcome is decided in the projection
-that reads it, so pairing it would prove only that Kafka kept two writes, and it was
-most of the audit's volume and of the recon job's cost (docs/decisions.md, "The
+that reads it, so pairing it would prove only that Kafka kept two writes, and the audit's
+volume would follow every event read rather than the deliveries (docs/decisions.md, "The
 self-audit follows what leaves the projection"). The delivery metrics count it.
 """
 

@@ -120,9 +120,10 @@ def _units(quarantine_topic: str, quarantine_max_bytes: int, consumed_topic: str
 
     return (
         F.when(F.col("reason").isNotNull(), quarantined)
-        # No audit records: a filtered event's outcome is decided in this very projection, so
-        # pairing it proved only that Kafka kept both writes, at most of the self-audit's
-        # cost (docs/decisions.md, "The self-audit follows what leaves the projection").
+        # No audit records: a filtered event's outcome is decided in this very projection;
+        # pairing it proved only that Kafka kept both writes, and made the audit's volume
+        # follow every event read (docs/decisions.md, "The self-audit follows what leaves
+        # the projection").
         .when(F.size("subscriptions") == 0, filtered)
         .otherwise(F.flatten(F.transform("subscriptions", pair)))
     )
