@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 from toolkit.cli import parser
-from toolkit.processes import cpu_of
+from toolkit.processes import cpu_of, processes
 from toolkit.results import markdown_table, record_results
 
 CHECKOUT = Path(__file__).resolve().parents[1]
@@ -55,13 +55,9 @@ def kind(command: bytes) -> str | None:
 def cpu_by_kind() -> dict[str, float]:
     """CPU seconds used so far by every process of the demo alive now, per kind."""
     used: dict[str, float] = {}
-    for name in os.listdir("/proc"):
-        try:
-            command = Path(f"/proc/{name}/cmdline").read_bytes() if name.isdigit() else b""
-        except OSError:
-            continue
-        found = kind(command) if command else None
-        seconds = cpu_of(int(name)) if found else None
+    for pid, process in processes().items():
+        found = kind(process.command)
+        seconds = cpu_of(pid) if found else None
         if found and seconds is not None:
             used[found] = used.get(found, 0.0) + seconds
     return used
