@@ -17,14 +17,22 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install -q -e ".[dev]"
 	touch $@
 
-# JVM jars from Maven Central, declared in pom.xml; never downloaded at run time.
-jars: jars/.fetched
+# JVM jars from Maven Central, declared in pom.xml; never downloaded at run time. Then
+# Wayline's own (jvm/pom.xml: the routing function the delivery job's executors run),
+# compiled by Maven with the JDK (javac 17), beside them on Spark's class path.
+JVM_SOURCES := $(shell find jvm/src -name '*.java')
+
+jars: jars/.fetched jars/spark/wayline-spark.jar
 
 jars/.fetched: pom.xml .mvn/settings.xml
 	rm -rf jars/broker jars/spark
 	$(MVN) -P broker dependency:copy-dependencies
 	$(MVN) -P spark dependency:copy-dependencies
 	touch $@
+
+jars/spark/wayline-spark.jar: jars/.fetched jvm/pom.xml $(JVM_SOURCES)
+	$(MVN) -f jvm/pom.xml package
+	cp jvm/target/wayline-spark.jar $@
 
 # The Flink SQL baseline of bench/rules.py: PyFlink in a virtualenv of its own, so the
 # project's dependencies never see it, and Flink's Kafka connector (pom.xml, profile flink).
@@ -61,4 +69,4 @@ test-unit: install
 	$(BIN)/pytest -m "not integration"
 
 clean:
-	rm -rf $(VENV) jars .wayline
+	rm -rf $(VENV) jars jvm/target .wayline

@@ -1,15 +1,15 @@
 """Benchmark: the senders engine's matching query (issue 13), produce → work-topic append.
 
 Three *systems* read the same traffic, one after the other in one run, on one Spark
-session (``local[4]``: the real-time query's two partitions, the batching query's and
-broadcasts' tasks; see ``wayline.pipelines.matching_job.slots_needed``):
+session (``local[4]``: the real-time query's two partitions, the batching query's
+tasks; see ``wayline.pipelines.matching_job.slots_needed``):
 
 - **floor**: a micro-batch query with the matching query's source, trigger and sink,
   copying each record's value to a topic unchanged: Spark's own cost per micro-batch;
 - **micro_batch**: :class:`~wayline.pipelines.matching_job.MatchingJob` with
   ``delivery.matching_trigger = "micro_batch"``;
 - **realtime**: the same job under ``"realtime"`` (checkpoint every
-  ``delivery.realtime_checkpoint_s``, default 30 s).
+  ``delivery.realtime_checkpoint_s``, default 300 s).
 
 Registry: five endpoints, each subscribed to 100 of 500 event types for every tenant,
 streaming mode, so every event makes one request. Latency of an event: the broker's
@@ -23,8 +23,8 @@ producer stamped into it (``data.sent_ms``), both this machine's clock; the firs
 - ``backlog``: ``--backlog-events`` produced first, then the system started: records/s
   from its start to the last append, and from the first append to the last;
 - ``swap``: 300 events/s; half-way, a new endpoint and subscription for every type: from
-  the registry commit to the first request routed to it (the query's restart), and how
-  many requests were routed twice around the restart.
+  the registry commit to the first request routed to it (the running query reading the
+  new routing table), and how many requests were routed twice around the change.
 
     # from the checkout, WAYLINE_SPARK__DRIVER_MEMORY=1g WAYLINE_STACK__BROKER_HEAP=512m
     .venv/bin/python bench/matching.py --runs 1 --rates 300 1000 5000 --seconds 30
@@ -229,12 +229,11 @@ def measure(system: str, scenario: str, spark: Any, base: Settings, database: Da
                 else None
             begun = time.time()
             result["sent"] = produce(bootstrap, topic, tag, rate, 0, seconds, at_half)
-            # Until every event's request arrived and, after a registry change, one routed by
-            # it: a real-time query takes the change at its next checkpoint.
+            # Until every event's request arrived and, after a registry change, one routed by it.
             holds_within(lambda: running.failure() is not None or (
                 len(records) >= result["sent"]
                 and not (swapped and not any(key == swapped[0][0].encode() for _, _, key, _ in records[-2000:]))),
-                5 + (settings.delivery.realtime_checkpoint_s + 60) * (scenario == "swap"))
+                5 + 60 * (scenario == "swap"))
     finally:
         stop.set()
         reader.join()

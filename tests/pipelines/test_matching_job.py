@@ -8,8 +8,8 @@ One scenario per trigger, in three acts:
    subscription wants and a malformed record: the exact records each topic gets, the
    requests byte-equal to what the micro-batch engine sends, and the batching query
    beside it making batches of the bundles;
-2. a subscription added while the query runs: the query restarts on the new version and
-   routes to it; a subscription disabled: it gets nothing more;
+2. a subscription added while the query runs: the running query routes to it, with the
+   new version, without a restart; a subscription disabled: it gets nothing more;
 3. the job stopped, events produced meanwhile, a new job started on the same checkpoint:
    every request is on the work topic (duplicates allowed, with the same headers).
 """
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -35,6 +36,7 @@ from wayline.core.settings import Settings
 from wayline.delivery import work
 from wayline.delivery.bucket import Source
 from wayline.delivery.metrics import DeliveryMetrics
+from wayline.pipelines.matching import RELOAD_S
 from wayline.pipelines.matching_job import (
     MatchingJob,
     check_slots,
@@ -91,13 +93,14 @@ def _start(spark, settings: Settings, database, checkpoint: Path, metrics: Deliv
     return job
 
 
-def _expected_requests(spark, settings: Settings, database, topic: str) -> list[tuple[bytes, bytes, str, str]]:
+def _expected_requests(spark, settings: Settings, database, topic: str, folder: Path,
+                       ) -> list[tuple[bytes, bytes, str, str]]:
     """What the micro-batch engine's sending tasks get for ``topic``'s records: each
     ``single`` request's (endpoint id, body, subscription id, event id)."""
     from wayline.pipelines.live_snapshot import load_live_snapshot
     from wayline.pipelines.routing import micro_batch_work
 
-    live = load_live_snapshot(spark, database, EndpointService.from_settings(settings))
+    live = load_live_snapshot(spark, database, EndpointService.from_settings(settings), folder)
     batch = (spark.read.format("kafka").option("kafka.bootstrap.servers", settings.kafka_bootstrap())
              .option("subscribe", topic).option("includeHeaders", "true").load())
     rows = micro_batch_work(batch, live, settings, Source("expected", 0)).where("kind = 'single'").collect()
@@ -328,7 +331,8 @@ def test_the_matching_query_writes_every_request_and_follows_the_registry(
         wait_for(lambda: len(routed(work.SINGLE)) >= len(events), "the requests")
         requests = routed(work.SINGLE)
         assert sorted((m.key(), m.value(), _headers(m)[work.SUBSCRIPTION], _headers(m)[work.EVENT])
-                      for m in requests) == _expected_requests(spark, settings, database, topic)
+                      for m in requests) == _expected_requests(spark, settings, database, topic,
+                                                               tmp_path / "expected")
         assert {m.key() for m in requests} == {single.endpoint_id.encode()}
         assert [orjson.loads(m.value()) for m in sorted(requests, key=lambda m: _headers(m)[work.EVENT])] == sorted(
             events, key=lambda e: e["id"])
@@ -370,7 +374,7 @@ def test_the_matching_query_writes_every_request_and_follows_the_registry(
         assert [(o["record"], o["outcome"], o["topic"]) for o in audited("outcomes")] == [
             (f"{topic}/0/7", "quarantined", topic)]
 
-        # Act 2: a new subscription restarts the query, which routes to it; a disabled one gets nothing more.
+        # Act 2: the running query routes to a new subscription; a disabled one gets nothing more.
         with database.transaction() as s:
             added_endpoint = endpoints.create(s, ADMIN, EndpointIn(
                 url=f"{RECEIVER}/added", customer_id=endpoints.get(s, ADMIN, single.endpoint_id).customer_id,
@@ -379,7 +383,10 @@ def test_the_matching_query_writes_every_request_and_follows_the_registry(
                 endpoint_id=added_endpoint.id, event_types=[event_type]))
             subscription.update(s, ADMIN, single.id, subscription.SubscriptionPatch(enabled=False))
         changed = database.current_version()
-        wait_for(lambda: job.registry_version == changed and job.matching.query.isActive, "the restart", 180)
+        running = job.matching.query
+        wait_for(lambda: job.registry_version == changed, "the new version's routing table", 60)
+        # Its tasks look for a new table at most RELOAD_S apart: past that, they route with it.
+        time.sleep(RELOAD_S * 1.5)
         assert job.exception() is None, job.exception()
         later = [_event(name, n, event_type, tenant) for n in range(10, 13)]
         _produce(bootstrap, topic, list(map(orjson.dumps, later)))
@@ -393,6 +400,7 @@ def test_the_matching_query_writes_every_request_and_follows_the_registry(
             (added.id, str(changed))}
         assert not [m for m in read_records(bootstrap, settings.delivery.work_topic)
                     if m.key() == single.endpoint_id.encode() and _headers(m)[work.EVENT] in {e["id"] for e in later}]
+        assert job.matching.query is running and running.isActive, "followed without a restart"
     finally:
         job.stop()
     assert job.exception() is None, job.exception()

@@ -100,9 +100,10 @@ def test_the_snapshot_index_matches_each_level_exactly(registry) -> None:
     assert len(equal_filters) == 1  # the same filter text is compiled once
 
 
-def test_spark_matches_a_produced_stream_exactly(registry, settings, spark, unique) -> None:
+def test_spark_matches_a_produced_stream_exactly(registry, settings, spark, unique, tmp_path) -> None:
     from wayline.pipelines.envelope import parse_events, valid_events
-    from wayline.pipelines.matching import match_events, match_table_frame
+    from wayline.pipelines.matching import match_events, routing
+    from wayline.registry.routing_table import publish
 
     snapshot, defined, _, types = registry
     topic = f"events.snapshot.{unique}"
@@ -114,7 +115,8 @@ def test_spark_matches_a_produced_stream_exactly(registry, settings, spark, uniq
     raw = (spark.read.format("kafka").option("kafka.bootstrap.servers", settings.kafka_bootstrap())
            .option("subscribe", topic).option("includeHeaders", "true").load())
     events = valid_events(parse_events(raw, settings.envelope))
-    pairs = match_events(events, match_table_frame(spark, snapshot), snapshot).select("id", "subscription_id")
+    publish(tmp_path, snapshot)
+    pairs = match_events(events, routing(tmp_path)).select("id", "subscription_id")
     assert {(r["id"], r["subscription_id"]) for r in pairs.collect()} == expected_pairs(defined, types)
 
 

@@ -12,11 +12,16 @@ def test_the_connector_jars_are_the_checkouts_from_any_working_directory(tmp_pat
     monkeypatch.chdir(tmp_path)
     jars_dir = Settings().spark.jars_dir
     assert jars_dir == REPO / "jars" / "spark"
-    assert any(jar.name.startswith("spark-sql-kafka") for jar in connector_jars(jars_dir))
+    names = [jar.name for jar in connector_jars(jars_dir)]
+    assert any(name.startswith("spark-sql-kafka") for name in names) and "wayline-spark.jar" in names
 
 
 def test_missing_connector_jars_name_the_setting(tmp_path) -> None:
-    with pytest.raises(MissingJarsError, match=r"make jars.*WAYLINE_SPARK__JARS_DIR"):
+    with pytest.raises(MissingJarsError, match=r"Kafka connector.*make jars.*WAYLINE_SPARK__JARS_DIR"):
+        connector_jars(tmp_path)
+    # The connectors without Wayline's own jar, as a checkout from before it had one.
+    (tmp_path / "spark-sql-kafka-0-10_2.13-4.2.0.jar").touch()
+    with pytest.raises(MissingJarsError, match=r"no wayline-spark.jar .*make jars"):
         connector_jars(tmp_path)
 
 

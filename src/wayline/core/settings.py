@@ -265,9 +265,11 @@ class DeliverySettings(_Section):
                     "light matching query; C1 alone compiles it in seconds, where C2 kept a core busy for minutes",
     )
     realtime_checkpoint_s: float = Field(
-        default=30.0, gt=0,
-        description="with matching_trigger = realtime: how often the matching query checkpoints its offsets, "
-                    "and so how late a registry change may take effect",
+        default=300.0, gt=0,
+        description="with matching_trigger = realtime: how long each real-time batch of the matching query lasts, "
+                    "between checkpoints of its offsets: each batch's end pauses matching for a second or more, "
+                    "and a crash replays what was read since the last checkpoint (delivered requests are not sent "
+                    "again); Spark's own default is 5 minutes",
     )
     work_topic: str = Field(
         default="wayline.delivery.work",

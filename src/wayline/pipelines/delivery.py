@@ -188,11 +188,12 @@ class SendStep:
 
 
 def live_snapshots(spark: SparkSession, settings: Settings, database: Database,
-                   endpoints: EndpointService) -> SnapshotHolder[LiveSnapshot]:
+                   endpoints: EndpointService, checkpoint: Path) -> SnapshotHolder[LiveSnapshot]:
     """The registry snapshot as the delivery job's queries hold it, swapped when the
-    version moved (read at most every ``delivery.version_poll_s``)."""
+    version moved (read at most every ``delivery.version_poll_s``), its routing table
+    published under the job's ``checkpoint`` folder: where a cluster's executors see it too."""
     return SnapshotHolder(
-        load=lambda: load_live_snapshot(spark, database, endpoints),
+        load=lambda: load_live_snapshot(spark, database, endpoints, checkpoint / "routing"),
         version=database.current_version,
         poll_s=settings.delivery.version_poll_s,
         retire=lambda live: live.targets.unpersist(),
@@ -211,11 +212,11 @@ def start_delivery(
 ) -> DeliveryJob:
     """Start the delivery job. The first snapshot is loaded before it starts, so a
     registry that cannot be read is an error here rather than in a query thread."""
-    holder = live_snapshots(spark, settings, database, endpoints)
+    root = checkpoint or settings.checkpoint_root / "delivery"
+    holder = live_snapshots(spark, settings, database, endpoints, root)
     holder.current()
     ensure_delivery_topics(settings)
     step = SendStep(settings, database, holder, metrics)
-    root = checkpoint or settings.checkpoint_root / "delivery"
     # The matching query's id names the run its bundles come from; it is known once start() returns.
     matching_id: list[str] = []
     started = threading.Event()

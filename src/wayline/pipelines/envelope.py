@@ -10,7 +10,8 @@ The clock an event's time is bounded by (``envelope.max_future_skew_s``) is
 ``current_timestamp()``: in a streaming plan, the micro-batch's own timestamp, kept in its
 offset log, so a replayed micro-batch gives every record the verdict it had (inside
 ``foreachBatch``, the time the batch's job runs). It is read through :func:`batch_micros`,
-which keeps it out of the generated code.
+which keeps it out of the generated code. Under the real-time trigger, whose batches last
+minutes, each record's own reading time instead (``per_record``).
 """
 
 from __future__ import annotations
@@ -78,20 +79,21 @@ def _detail_of(reason: Column, size: Column, missing_names: Column, max_bytes: i
     return detail
 
 
-def parse_events(kafka: DataFrame, envelope: EnvelopeSettings) -> DataFrame:
+def parse_events(kafka: DataFrame, envelope: EnvelopeSettings, *, per_record: bool = False) -> DataFrame:
     """Add the envelope columns and, for records that are not events, `reason` and `detail`.
 
     `kafka` has the Kafka source's columns (read with `includeHeaders=true`). Good rows
     have `reason` NULL; bad rows keep their original key, value and headers intact.
     """
     frame = kafka
-    for step in _parse_steps(envelope.max_bytes, envelope.max_future_skew_s):
+    for step in _parse_steps(envelope.max_bytes, envelope.max_future_skew_s, per_record):
         frame = step(frame)
     return frame
 
 
 @functools.cache
-def _parse_steps(max_bytes: int, max_future_skew_s: float) -> tuple[Callable[[DataFrame], DataFrame], ...]:
+def _parse_steps(max_bytes: int, max_future_skew_s: float, per_record: bool,
+                 ) -> tuple[Callable[[DataFrame], DataFrame], ...]:
     """The parse as steps over a frame, its Columns made once per process: a Column's
     lambda variables are named afresh each time one is made, and generated code that
     differs by those names is compiled again — every micro-batch, if made per micro-batch."""
@@ -128,7 +130,7 @@ def _parse_steps(max_bytes: int, max_future_skew_s: float) -> tuple[Callable[[Da
         any_missing = any_missing | F.col(name).isNull()
     reparsed = F.try_parse_json(text)
     event_time = rfc3339_time(F.col("time"))
-    ahead = F.unix_micros(F.col("event_time")) - batch_micros()
+    ahead = F.unix_micros(F.col("event_time")) - batch_micros(per_record=per_record)
     bad_header = F.exists("headers", lambda h: F.startswith(h["key"], F.lit(BINARY_PREFIX))
                           & ~F.is_valid_utf8(h["value"].cast("string")))
     reason = (
@@ -172,13 +174,21 @@ def _parse_steps(max_bytes: int, max_future_skew_s: float) -> tuple[Callable[[Da
     )
 
 
-def batch_micros() -> Column:
+def batch_micros(*, per_record: bool = False) -> Column:
     """The micro-batch's time (``current_timestamp()``) in microseconds since the epoch,
     kept out of the generated code. Spark writes that time into a stage's Java source as a
     constant, so a plan that used it directly would differ, and be compiled again, in every
     micro-batch: at each real-time checkpoint of the matching query, compiling was a quarter
     of the planning thread's time. ``reflect`` is evaluated without code generation, so the
-    time stays a value and the code stays the same from one batch to the next."""
+    time stays a value and the code stays the same from one batch to the next.
+
+    With ``per_record``, the time the record is read, to the millisecond: a real-time batch
+    lasts ``delivery.realtime_checkpoint_s`` (minutes), and its start would put events read
+    late in it that far ahead of the clock (past ``envelope.max_future_skew_s``), and date
+    its self-audit records that far back. A replay of such a batch may judge an event at
+    the very bound otherwise than the first reading did."""
+    if per_record:
+        return F.reflect(F.lit("java.lang.System"), F.lit("currentTimeMillis")).cast("long") * F.lit(1000)
     return F.reflect(F.lit("java.lang.Long"), F.lit("valueOf"), F.unix_micros(F.current_timestamp())).cast("long")
 
 

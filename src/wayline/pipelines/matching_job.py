@@ -15,13 +15,12 @@ intake topic's few partitions (:mod:`wayline.delivery.runtime.intake`), and the 
 reads that instead, under the real-time trigger, each record put back as read from its
 own topic (:func:`~wayline.pipelines.intake_source.from_origin`).
 
-The plan embeds the registry snapshot (the match table as local rows, the filters as
-Columns), so a new registry version (read every ``delivery.version_poll_s``) restarts
-the query on its checkpoint (:class:`~wayline.pipelines.job.RestartingQuery`) once its
-running batch has ended. A real-time batch lasts ``realtime_checkpoint_s``: that
-interval bounds how late a registry change takes effect, and nothing is routed twice
-(stopped mid-batch, the query would route again everything it read since its last
-checkpoint).
+The plan does not hold the registry: ``wayline_routes`` (:mod:`~wayline.pipelines.matching`)
+routes with the table the job publishes under its checkpoint folder for each registry
+version (read every ``delivery.version_poll_s``, :mod:`wayline.registry.routing_table`), and
+the running tasks pick a new one up within a second. So the query runs on, never restarted
+for a registry change, and a real-time batch may last ``realtime_checkpoint_s`` (minutes):
+each batch's end and start is a pause of a second or more in every partition's stream.
 
 Start it from ``wayline run delivery`` as :func:`wayline.compose.matching_job`, on a
 SparkSession made from :func:`with_enough_slots` settings.
@@ -68,7 +67,7 @@ from wayline.delivery.runtime.intake import ensure_intake_topic, uses_intake
 from wayline.pipelines.delivery import SendStep, ensure_delivery_topics, live_snapshots
 from wayline.pipelines.intake_source import from_origin
 from wayline.pipelines.job import RestartingQuery
-from wayline.pipelines.live_snapshot import LiveSnapshot
+from wayline.pipelines.matching import routing
 from wayline.pipelines.routing import work_records, work_rows
 from wayline.pipelines.source import read_kafka
 from wayline.registry.db import Database
@@ -201,9 +200,10 @@ def check_slots(spark: SparkSession, settings: Settings) -> None:
         )
 
 
-def start_matching_query(spark: SparkSession, settings: Settings, live: LiveSnapshot, checkpoint: Path,
+def start_matching_query(spark: SparkSession, settings: Settings, routing_folder: Path, checkpoint: Path,
                          ) -> StreamingQuery:
-    """Start the matching query on ``live`` (its version goes into every request's headers)."""
+    """Start the matching query, routing with the table ``routing_folder``'s ``CURRENT``
+    names at the time (its version goes into every request's headers)."""
     delivery = settings.delivery
     realtime = delivery.matching_trigger == "realtime"
     intake = delivery.intake == "on"
@@ -216,7 +216,7 @@ def start_matching_query(spark: SparkSession, settings: Settings, live: LiveSnap
         # type): a narrow coalesce, no shuffle. The real-time trigger refuses it: there each
         # partition is a long-running task of its own (see `slots_needed`).
         source = source.coalesce(spark.sparkContext.defaultParallelism)
-    units = work_rows(source, live, settings).observe(
+    units = work_rows(source, routing(routing_folder), settings, real_time=realtime).observe(
         OBSERVED,
         F.coalesce(F.sum("events"), F.lit(0)).alias("events"),
         F.count_if(F.col("kind") == F.lit("filtered")).alias("filtered"),
@@ -225,7 +225,7 @@ def start_matching_query(spark: SparkSession, settings: Settings, live: LiveSnap
           .alias(f"quarantined_{reason.value}") for reason in Reason),
     )
     writer = (
-        work_records(units, live.version, settings)
+        work_records(units, settings)
         .writeStream.format("kafka").queryName(QUERY_NAME)
         .option("kafka.bootstrap.servers", settings.kafka_bootstrap())
         .option("kafka.linger.ms", settings.kafka.stream_linger_ms)
@@ -245,8 +245,9 @@ def counted(observed: Row) -> BatchSummary:
 
 
 class MatchingJob:
-    """The matching query, restarted on every new registry version (and the batching query
-    while it drains an earlier version's leftovers): run as one :class:`~wayline.pipelines.job.Job`."""
+    """The matching query, and the registry's versions published for it as they come (and the
+    batching query while it drains an earlier version's leftovers): run as one
+    :class:`~wayline.pipelines.job.Job`."""
 
     def __init__(self, spark: SparkSession, settings: Settings, database: Database, endpoints: EndpointService,
                  metrics: DeliveryMetrics, checkpoint: Path) -> None:
@@ -260,16 +261,11 @@ class MatchingJob:
         self._metrics = metrics
         self._counted_batch = -1
         self._counting = threading.Lock()  # the version poller and stop() both count
-        self._holder = live_snapshots(spark, settings, database, endpoints)
+        self._holder = live_snapshots(spark, settings, database, endpoints, checkpoint)
         self._root = checkpoint
         self._start_batching = SendStep(settings, database, self._holder, metrics).batching(spark, checkpoint / "batching")
-        self._running_version: int | None = None
-        self._asked_version: int | None = None
-        # A real-time batch ends at its next checkpoint: waiting for it routes nothing twice.
-        wait_s = settings.delivery.realtime_checkpoint_s + 60 if settings.delivery.matching_trigger == "realtime" else 60
-        # Counted before a restart replaces the query whose progress holds them.
-        self.matching = RestartingQuery(QUERY_NAME, self._start_matching, on_restart=self._count_batches,
-                                        batch_end_wait_s=wait_s)
+        # Never asked to restart: its failures and its stop read as every other job's.
+        self.matching = RestartingQuery(QUERY_NAME, self._start_matching)
         self.batching: StreamingQuery | None = None
         self._lock = threading.Lock()
         self._stopped = threading.Event()
@@ -320,17 +316,15 @@ class MatchingJob:
         return False
 
     @property
-    def registry_version(self) -> int | None:
-        """The registry version the running matching query routes with."""
-        return self._running_version
+    def registry_version(self) -> int:
+        """The registry version published for the matching query, which its tasks route with
+        within a second."""
+        return self._holder.current().version
 
     def _start_matching(self) -> StreamingQuery:
-        live = self._holder.current()
         # Apart from the source topics' checkpoint: its offsets are of other topics.
         folder = "senders-intake" if self.settings.delivery.intake == "on" else "senders-matching"
-        query = start_matching_query(self._spark, self.settings, live, self._root / folder)
-        self._running_version = live.version
-        return query
+        return start_matching_query(self._spark, self.settings, self._holder.current().folder, self._root / folder)
 
     def _poll_version(self) -> None:
         try:
@@ -341,17 +335,13 @@ class MatchingJob:
     def _follow_versions(self) -> None:
         while not self._stopped.wait(self.settings.delivery.version_poll_s):
             self._count_batches()
-            # The holder reads the version (a registry it cannot read keeps the snapshot it has).
-            version = self._holder.current().version
-            # Asked once per version: a restart takes longer than a poll.
-            if version not in (self._running_version, self._asked_version):
-                self._asked_version = version
-                _log.info("registry version %d: restarting the matching query", version)
-                self.matching.restart()
+            # Reading the version publishes a new one's routing table (a registry the holder
+            # cannot read keeps the table it has).
+            self._holder.current()
 
     def _count_batches(self) -> None:
         """Add the batches that ended since the last look to the delivery metrics, each once
-        (batch ids go on across restarts on the checkpoint; one replayed is not counted again)."""
+        (one replayed after a restart on the checkpoint is not counted again)."""
         query = self.matching.query
         with self._counting:
             for progress in query.recentProgress if query is not None else []:

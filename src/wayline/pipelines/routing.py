@@ -1,7 +1,7 @@
 """One pass over a delivery micro-batch: every Kafka record → the work it makes, in one Spark job.
 
 Per record, in the JVM: parse it (:mod:`~wayline.pipelines.envelope`), look up its
-subscriptions (:mod:`~wayline.pipelines.matching`) and turn it into work rows
+subscriptions (:mod:`~wayline.pipelines.matching`, the registry's routing table) and turn it into work rows
 (:data:`~wayline.pipelines.sending.WORK_SCHEMA`):
 
 - a bad record: one ``record`` row, its quarantine copy;
@@ -26,8 +26,7 @@ In the micro-batch engine, every row is hash-partitioned by endpoint once. Strea
 straight to the sending tasks; batch-mode pairs are grouped from the same shuffle (their
 grouping includes the endpoint, so Spark adds no second exchange, and reuses the first
 for both branches). Both meet in one ``mapInArrow`` (:func:`~wayline.pipelines.sending.send`),
-whose collect is the one Spark job over the micro-batch's records (the match table's three
-broadcasts are small jobs of their own, over its local rows). Rows without an endpoint
+whose collect is the micro-batch's one Spark job. Rows without an endpoint
 (filtered events, quarantine copies and their audit records) share one task; they cost
 only a count or a Kafka write.
 """
@@ -52,7 +51,7 @@ _UNIT_FIELDS = (
     ("kind", "string"), ("subscription_id", "string"), ("endpoint_id", "string"), ("max_count", "int"),
     ("max_wait_ms", "int"), ("event_id", "string"), ("body", "binary"), ("topic", "string"), ("key", "binary"),
     ("headers", "array<struct<key:string,value:binary>>"), ("reason", "string"), ("events", "int"),
-    ("source", "string"), ("partition", "int"), ("offset", "long"),
+    ("source", "string"), ("partition", "int"), ("offset", "long"), ("version", "long"),
 )
 
 
@@ -62,12 +61,12 @@ def _unit(**values: Column) -> Column:
     return F.struct(*(values.get(name, F.lit(None)).cast(kind).alias(name) for name, kind in _UNIT_FIELDS))
 
 
-def _audit(kind: str, record: Column, topic: str, outcome: str | None = None,
+def _audit(kind: str, record: Column, topic: str, per_record: bool, outcome: str | None = None,
            endpoint_id: Column | None = None) -> Column:
     """A unit that writes one self-audit record (:mod:`wayline.delivery.audit`, as the
     tasks build them for pairs) for the record being routed; with ``endpoint_id``, it goes
     to that endpoint's task, so the audit's writes spread as the sends do."""
-    at = F.date_format(F.timestamp_micros(batch_micros()), "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX")
+    at = F.date_format(F.timestamp_micros(batch_micros(per_record=per_record)), "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX")
     data = F.struct(record.alias("record"), F.col("id").alias("event_id"), at.alias("event_time"),
                     F.col("topic").alias("topic"), F.lit(outcome).alias("outcome"))
     value = F.to_json(F.struct(
@@ -80,20 +79,22 @@ def _audit(kind: str, record: Column, topic: str, outcome: str | None = None,
                  **({} if endpoint_id is None else {"endpoint_id": endpoint_id}))
 
 
-def work_rows(batch: DataFrame, live: LiveSnapshot, settings: Settings) -> DataFrame:
-    """Each record of ``batch`` (the Kafka source's columns) as its work units, one row each."""
-    parsed = parse_events(batch, settings.envelope)
+def work_rows(batch: DataFrame, routes: Column, settings: Settings, *, real_time: bool = False) -> DataFrame:
+    """Each record of ``batch`` (the Kafka source's columns) as its work units, one row
+    each, routed by ``routes`` (a :func:`~wayline.pipelines.matching.routing`); under the
+    ``real_time`` trigger, on each record's own clock (:func:`~wayline.pipelines.envelope.batch_micros`)."""
+    parsed = parse_events(batch, settings.envelope, per_record=real_time)
     body = F.when(F.col("reason").isNull(), event_body())
-    matched = with_subscriptions(parsed.select("*", body.alias("_body")), live.keys, live.routes)
+    matched = with_subscriptions(parsed.select("*", body.alias("_body")), routes)
     checked = settings.audit
     units = _units(settings.kafka.quarantine_topic, settings.kafka.quarantine_max_bytes,
-                   checked.consumed_topic if checked.enabled else None, checked.outcomes_topic)
+                   checked.consumed_topic if checked.enabled else None, checked.outcomes_topic, real_time)
     return matched.select(F.explode(units).alias("unit")).select("unit.*")
 
 
 @functools.cache
 def _units(quarantine_topic: str, quarantine_max_bytes: int, consumed_topic: str | None,
-           outcomes_topic: str) -> Column:
+           outcomes_topic: str, per_record: bool) -> Column:
     """A routed record's units (made once: see ``envelope._parse_steps``); with no
     ``consumed_topic``, no self-audit records."""
     copy = quarantine_copy(quarantine_topic, quarantine_max_bytes)
@@ -101,8 +102,8 @@ def _units(quarantine_topic: str, quarantine_max_bytes: int, consumed_topic: str
                    headers=copy["headers"], reason=F.col("reason"))
     record = F.concat_ws("/", "topic", "partition", "offset")
     quarantined = F.array(copied) if consumed_topic is None else F.array(
-        copied, _audit(audit.CONSUMED, record, consumed_topic),
-        _audit(audit.OUTCOMES, record, outcomes_topic, audit.QUARANTINED))
+        copied, _audit(audit.CONSUMED, record, consumed_topic, per_record),
+        _audit(audit.OUTCOMES, record, outcomes_topic, per_record, audit.QUARANTINED))
     filtered = F.array(_unit(kind=F.lit("filtered"), events=F.lit(1)))
 
     def pair(route: Column, position: Column) -> Column:
@@ -111,12 +112,13 @@ def _units(quarantine_topic: str, quarantine_max_bytes: int, consumed_topic: str
             subscription_id=route["subscription_id"], endpoint_id=route["endpoint_id"],
             max_count=route["max_count"], max_wait_ms=route["max_wait_ms"], event_id=F.col("id"),
             body=F.col("_body"), events=(position == 0).cast("int"), source=F.col("topic"),
-            partition=F.col("partition"), offset=F.col("offset"),
+            partition=F.col("partition"), offset=F.col("offset"), version=F.col("registry_version"),
         )
         if consumed_topic is None:
             return F.array(unit)
         record = F.concat_ws("/", route["subscription_id"], F.col("id"))
-        return F.array(unit, _audit(audit.CONSUMED, record, consumed_topic, endpoint_id=route["endpoint_id"]))
+        return F.array(unit, _audit(audit.CONSUMED, record, consumed_topic, per_record,
+                                    endpoint_id=route["endpoint_id"]))
 
     return (
         F.when(F.col("reason").isNotNull(), quarantined)
@@ -129,18 +131,18 @@ def _units(quarantine_topic: str, quarantine_max_bytes: int, consumed_topic: str
     )
 
 
-def work_records(units: DataFrame, version: int, settings: Settings) -> DataFrame:
+def work_records(units: DataFrame, settings: Settings) -> DataFrame:
     """The matching query's output (``delivery.engine = "senders"``): each of ``work_rows``'
     units as the Kafka record it makes — ``topic``, ``key``, ``value``, ``headers`` — in
     one projection, no shuffle. A ``single`` request and a batch-mode ``pair`` go to
     ``delivery.work_topic`` in the format of :mod:`wayline.delivery.work`, keyed by
-    endpoint, ``version`` (the snapshot's) in their headers: the sender processes send the
+    endpoint, the registry version that routed them in their headers: the sender processes send the
     first and gather the second into batches. Quarantine copies and self-audit records
     go as the sending tasks write them. A filtered event writes nothing."""
     request = F.col("kind").isin(work.SINGLE, _PAIR)
     fields = {work.KIND: F.col("kind"), work.SUBSCRIPTION: F.col("subscription_id"),
               work.ENDPOINT: F.col("endpoint_id"), work.EVENT: F.col("event_id"), work.SOURCE: F.col("source"),
-              work.VERSION: F.lit(str(version))}
+              work.VERSION: F.col("version").cast("string")}
     headers = F.array(*(F.struct(F.lit(name).alias("key"), fields[name].cast("binary").alias("value"))
                         for name in work.HEADERS))
     return units.where(F.col("kind") != F.lit("filtered")).select(
@@ -156,7 +158,7 @@ def micro_batch_work(batch: DataFrame, live: LiveSnapshot, settings: Settings, s
     delivery = settings.delivery
     # One task per core before the shuffle, not one per Kafka partition: hundreds of tiny
     # tasks cost more than the work itself.
-    units = work_rows(batch.coalesce(batch.sparkSession.sparkContext.defaultParallelism), live, settings)
+    units = work_rows(batch.coalesce(batch.sparkSession.sparkContext.defaultParallelism), live.routes, settings)
     shuffled = units.repartition(delivery.send_partitions, "endpoint_id")
     direct = shuffled.where(F.col("kind") != F.lit(_PAIR)).select(
         "kind", "subscription_id", "endpoint_id",

@@ -20,11 +20,12 @@ ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateS
 
 def connector_jars(jars_dir: Path) -> list[Path]:
     jars = sorted(jars_dir.glob("*.jar"))
-    if not any(jar.name.startswith("spark-sql-kafka") for jar in jars):
-        raise MissingJarsError(
-            f"no Spark Kafka connector in {jars_dir.resolve()}: run `make jars` in the Wayline checkout "
-            "(or point WAYLINE_SPARK__JARS_DIR at the folder Maven filled)"
-        )
+    for wanted, what in (("spark-sql-kafka", "Spark Kafka connector"), ("wayline-spark", "wayline-spark.jar")):
+        if not any(jar.name.startswith(wanted) for jar in jars):
+            raise MissingJarsError(
+                f"no {what} in {jars_dir.resolve()}: run `make jars` in the Wayline checkout "
+                "(or point WAYLINE_SPARK__JARS_DIR at the folder it filled)"
+            )
     return jars
 
 

@@ -24,9 +24,9 @@ from wayline.registry.urls import AddressPolicy
 DEFAULT_TIMEOUT_S = 15.0
 DEFAULT_MAX_IN_FLIGHT = 16
 DEFAULT_CONNECT_TIMEOUT_S = 5.0
-# Longer than the real-time matching query's batch (delivery.realtime_checkpoint_s, 30 s):
-# each batch boundary sends the sender processes a burst, which found the connections of
-# the last burst just expired and opened new ones at every boundary (see
+# Longer than a pause in an endpoint's traffic that is not its own: with 30 s real-time
+# matching batches, each batch boundary sent the sender processes a burst, which found the
+# connections of the last burst just expired and opened new ones at every boundary (see
 # docs/benchmarks.md#new-tcp-connections-per-endpoint-over-5-minutes). reqwest's and Go's own
 # default; a server that closes sooner is seen closing and its connection dropped.
 DEFAULT_KEEPALIVE_S = 90.0

@@ -1,11 +1,13 @@
-"""Compiled filters give, in Spark, exactly the answers of the Python evaluator."""
+"""``wayline_routes`` routes by filters with exactly the answers of the Python evaluator."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,8 +16,10 @@ from hypothesis import strategies as st
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from wayline.pipelines.filter_column import to_column
+from wayline.pipelines.matching import routing, with_subscriptions
 from wayline.registry.filter import Filter, evaluate, parse_filter
+from wayline.registry.routing_table import publish
+from wayline.registry.snapshot import ANY, CompiledSubscription, Snapshot
 
 pytestmark = pytest.mark.integration
 
@@ -24,10 +28,19 @@ SCHEMA = (
     "datacontenttype string, tenantid string, subtenantid string, data_json string"
 )
 ATTRIBUTES = ("id", "source", "type", "specversion", "subject", "time", "datacontenttype", "tenantid", "subtenantid")
+# A new version for each table: the JVM keeps a folder's tables by version.
+_versions = itertools.count(1)
 
 
-def spark_matches(spark: SparkSession, events: Sequence[dict[str, Any]], filters: Sequence[Filter]) -> list[set[int]]:
-    """For each filter, the indexes of the events its column accepts: one Spark job for all of them."""
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("routing")
+
+
+def spark_matches(spark: SparkSession, folder: Path, events: Sequence[dict[str, Any]],
+                  filters: Sequence[Filter]) -> list[set[int]]:
+    """For each filter, the indexes of the events routed to a subscription of every event
+    type that has it: one routing table, one Spark job for all of them."""
     rows = [
         # No data and JSON null data both reach Python as None; give Spark both.
         (i, *(event[name] for name in ATTRIBUTES),
@@ -37,11 +50,17 @@ def spark_matches(spark: SparkSession, events: Sequence[dict[str, Any]], filters
     frame = spark.createDataFrame(rows, SCHEMA).select(
         "row", *ATTRIBUTES, F.parse_json("data_json").alias("data")
     )
-    columns = [to_column(f).alias(f"f{n}") for n, f in enumerate(filters)]
-    result = frame.select("row", *columns).collect()
-    for row in result:
-        assert all(isinstance(row[f"f{n}"], bool) for n in range(len(filters))), row
-    return [{row["row"] for row in result if row[f"f{n}"]} for n in range(len(filters))]
+    subscriptions = {f"s{n}": CompiledSubscription(f"s{n}", "e", "c", "streaming", None, None, f, n + 1)
+                     for n, f in enumerate(filters)}
+    snapshot = Snapshot(
+        version=next(_versions), built_at=datetime.now(timezone.utc), subscriptions=subscriptions, endpoints={},
+        index={(event["type"], ANY, ANY): tuple(subscriptions) for event in events},
+        filters={n + 1: f for n, f in enumerate(filters)},
+    )
+    publish(folder, snapshot)
+    routed = with_subscriptions(frame, routing(folder, snapshot.version))
+    result = routed.select("row", F.col("subscriptions.subscription_id").alias("ids")).collect()
+    return [{row["row"] for row in result if f"s{n}" in row["ids"]} for n in range(len(filters))]
 
 
 def python_matches(events: Sequence[dict[str, Any]], filters: Sequence[Filter]) -> list[set[int]]:
@@ -212,16 +231,15 @@ def filters(seen: dict[str, list[Any]]) -> st.SearchStrategy[dict[str, Any]]:
     )
 
 
-# Spark's cost is per filter (building the Column, compiling its code), hardly per event:
-# so many events and a few filters per job. The filters are drawn after the events, from
+# Spark's cost is per job, hardly per event: so many events and a few filters per job. The filters are drawn after the events, from
 # the paths and values those have, so that most conditions meet something to compare.
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(st.data())
-def test_spark_and_python_agree_on_random_events(spark: SparkSession, data: st.DataObject) -> None:
+def test_spark_and_python_agree_on_random_events(spark: SparkSession, folder: Path, data: st.DataObject) -> None:
     events = data.draw(st.lists(envelopes, min_size=20, max_size=80), label="events")
     raw_filters = data.draw(st.lists(filters(seen_values(events)), min_size=1, max_size=8), label="filters")
     parsed = [parse_filter(raw) for raw in raw_filters]
-    got = spark_matches(spark, events, parsed)
+    got = spark_matches(spark, folder, events, parsed)
     expected = python_matches(events, parsed)
     for raw, spark_rows, python_rows in zip(raw_filters, got, expected, strict=True):
         assert spark_rows == python_rows, raw
@@ -277,8 +295,8 @@ CHOSEN_FILTERS: list[tuple[dict[str, Any], set[int]]] = [
 ]
 
 
-def test_chosen_cases(spark: SparkSession) -> None:
+def test_chosen_cases(spark: SparkSession, folder: Path) -> None:
     parsed = [parse_filter(raw) for raw, _ in CHOSEN_FILTERS]
     expected = [rows for _, rows in CHOSEN_FILTERS]
     assert python_matches(CHOSEN_EVENTS, parsed) == expected
-    assert spark_matches(spark, CHOSEN_EVENTS, parsed) == expected
+    assert spark_matches(spark, folder, CHOSEN_EVENTS, parsed) == expected
