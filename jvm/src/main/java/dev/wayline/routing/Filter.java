@@ -9,7 +9,7 @@ import org.apache.spark.sql.Row;
 /**
  * A subscription's content filter, as wayline.registry.filter parsed it and
  * wayline.registry.routing_table wrote it; {@link #matches} gives the answers of that module's
- * Python evaluator, which tests/registry/test_routing_table.py holds it to.
+ * Python evaluator, which tests/pipelines/test_matching.py holds it to.
  */
 interface Filter {
   boolean matches(Row event);
