@@ -135,3 +135,22 @@ def test_the_kafka_timestamp_of_an_event_without_time_is_bounded_too(spark) -> N
     verdicts = {row["key"]: (row["reason"], row["detail"]) for row in parsed.collect()}
     assert verdicts == {b"soon": (None, None),
                         b"far": ("future_time", "the event time is more than 300 s ahead of the clock")}
+
+
+def test_a_per_record_clock_is_each_records_own_time_and_the_batch_clock_is_one(spark) -> None:
+    """Under the real-time trigger a batch lasts minutes: each record is judged on the time it is read."""
+    import time
+
+    from wayline.pipelines.envelope import batch_micros
+
+    def after_its_id_in_seconds(batches):
+        for batch in batches:
+            time.sleep(int(batch["id"].max()) if len(batch) else 0)
+            yield batch
+
+    rows = (spark.range(0, 2, numPartitions=2).mapInPandas(after_its_id_in_seconds, "id long")
+            .select("id", batch_micros(per_record=True).alias("read"), batch_micros().alias("batch"))
+            .orderBy("id").collect())
+    first, second = rows
+    assert second["read"] - first["read"] >= 500_000
+    assert first["batch"] == second["batch"]
