@@ -137,9 +137,9 @@ def main() -> None:
 
         from pyspark.sql import functions as F
 
+        from wayline.delivery.routing_table import publish
         from wayline.pipelines.envelope import parse_events, valid_events
         from wayline.pipelines.matching import match_events, routing
-        from wayline.registry.routing_table import publish
         from wayline.stack.spark import spark_session
 
         ensure_topics(bootstrap, loadgen.topics(), settings.kafka.topic_partitions)

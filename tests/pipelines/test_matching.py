@@ -16,9 +16,9 @@ from hypothesis import strategies as st
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from wayline.delivery.routing_table import publish
 from wayline.pipelines.matching import routing, with_subscriptions
 from wayline.registry.filter import Filter, evaluate, parse_filter
-from wayline.registry.routing_table import publish
 from wayline.registry.snapshot import ANY, CompiledSubscription, Snapshot
 
 pytestmark = pytest.mark.integration

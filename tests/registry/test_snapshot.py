@@ -101,9 +101,9 @@ def test_the_snapshot_index_matches_each_level_exactly(registry) -> None:
 
 
 def test_spark_matches_a_produced_stream_exactly(registry, settings, spark, unique, tmp_path) -> None:
+    from wayline.delivery.routing_table import publish
     from wayline.pipelines.envelope import parse_events, valid_events
     from wayline.pipelines.matching import match_events, routing
-    from wayline.registry.routing_table import publish
 
     snapshot, defined, _, types = registry
     topic = f"events.snapshot.{unique}"

@@ -8,11 +8,11 @@ from pathlib import Path
 from pyspark import Broadcast
 from pyspark.sql import Column, SparkSession
 
+from wayline.delivery.routing_table import publish
 from wayline.delivery.targets import Target, target_of
 from wayline.pipelines.matching import routing
 from wayline.registry.db import Database
 from wayline.registry.endpoint import EndpointService
-from wayline.registry.routing_table import publish
 from wayline.registry.snapshot import Snapshot, load_snapshot
 
 STREAMING = "streaming"
@@ -23,7 +23,7 @@ BATCH = "batch"
 class LiveSnapshot:
     snapshot: Snapshot
     folder: Path
-    """Where its routing table is published (:mod:`wayline.registry.routing_table`)."""
+    """Where its routing table is published (:mod:`wayline.delivery.routing_table`)."""
     targets: Broadcast[dict[str, Target]]
     has_batch: bool
     """Some subscription is in batch mode."""

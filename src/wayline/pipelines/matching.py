@@ -3,7 +3,7 @@
 The routes come from the JVM function ``wayline_routes`` (``jvm/src/main/java/dev/wayline/
 routing``, built into ``jars/spark`` by ``make jars``): per event, its three match keys —
 (type, tenant, sub-tenant), (type, tenant, ``*``) and (type, ``*``, ``*``) — looked up in a
-routing table (:mod:`wayline.registry.routing_table`), and each candidate's content filter
+routing table (:mod:`wayline.delivery.routing_table`), and each candidate's content filter
 evaluated, in the executors, with no per-row Python. The table is a file the driver
 publishes, not part of the plan: a query that follows the folder (:func:`routing`) routes
 with a new registry version within a second of its publication, with no new plan and no

@@ -17,7 +17,7 @@ own topic (:func:`~wayline.pipelines.intake_source.from_origin`).
 
 The plan does not hold the registry: ``wayline_routes`` (:mod:`~wayline.pipelines.matching`)
 routes with the table the job publishes under its checkpoint folder for each registry
-version (read every ``delivery.version_poll_s``, :mod:`wayline.registry.routing_table`), and
+version (read every ``delivery.version_poll_s``, :mod:`wayline.delivery.routing_table`), and
 the running tasks pick a new one up within a second. So the query runs on, never restarted
 for a registry change, and a real-time batch may last ``realtime_checkpoint_s`` (minutes):
 each batch's end and start is a pause of a second or more in every partition's stream.

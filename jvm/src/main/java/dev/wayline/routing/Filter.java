@@ -8,8 +8,9 @@ import org.apache.spark.sql.Row;
 
 /**
  * A subscription's content filter, as wayline.registry.filter parsed it and
- * wayline.registry.routing_table wrote it; {@link #matches} gives the answers of that module's
- * Python evaluator, which tests/pipelines/test_matching.py holds it to.
+ * wayline.delivery.routing_table wrote it; {@link #matches} gives the answers of the Python
+ * evaluator there (wayline.registry.filter.evaluate), which tests/pipelines/test_matching.py
+ * holds it to.
  */
 interface Filter {
   boolean matches(Row event);

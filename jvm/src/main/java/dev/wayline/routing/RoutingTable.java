@@ -9,7 +9,7 @@ import org.apache.spark.sql.Row;
 import org.apache.spark.sql.RowFactory;
 
 /**
- * One registry version's routes, as wayline.registry.routing_table writes them: per match
+ * One registry version's routes, as wayline.delivery.routing_table writes them: per match
  * key (event type, tenant or "*", sub-tenant or "*"), the subscriptions it covers, each with
  * its route and its filter.
  */

@@ -12,7 +12,7 @@ import org.slf4j.LoggerFactory;
 
 /**
  * Routing tables as the delivery job's driver publishes them in a folder
- * (wayline.registry.routing_table.publish): {@code v<version>.json}, written once each, and
+ * (wayline.delivery.routing_table.publish): {@code v<version>.json}, written once each, and
  * {@code CURRENT}, the version to route with now. One per folder and executor JVM, shared
  * by its tasks.
  */

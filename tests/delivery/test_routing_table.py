@@ -7,8 +7,8 @@ from datetime import datetime, timezone
 
 import orjson
 
+from wayline.delivery.routing_table import CURRENT, KEPT_VERSIONS, publish, routing_document
 from wayline.registry.filter import parse_filter
-from wayline.registry.routing_table import CURRENT, KEPT_VERSIONS, publish, routing_document
 from wayline.registry.snapshot import ANY, CompiledSubscription, Snapshot
 
 AMOUNT = parse_filter({"data.amount": {"$gte": 100}, "time": {"$lt": "2025-01-31T13:00:00.000001+01:00"}})
