@@ -25,6 +25,7 @@ call these on groups and Arrow batches):
                    other values the driver re-reads now and then (the failing endpoints)
 - ``open_batches`` batch-mode events gathered in a sender process's memory, pinning their offsets
 - ``work``         the work topic's record: a request from the matching query to a sender process
+- ``routing_table`` the registry snapshot as the JVM routes with it, published in a folder per version
 - ``runtime``      what sends outside Spark: the send step, the worker pool, the sender processes
 
 Only ``transports.pyreqwest`` and ``transports.aiohttp`` import an HTTP client; ``metrics`` renders

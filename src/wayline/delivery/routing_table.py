@@ -27,14 +27,16 @@ from __future__ import annotations
 import os
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from wayline.delivery.batch import DEFAULT_MAX_COUNT, DEFAULT_MAX_WAIT
 from wayline.registry.filter import Affix, And, Compare, Exists, Filter, In, Not, Or, Value
 from wayline.registry.filter import Path as FilterPath
-from wayline.registry.snapshot import Snapshot
+
+if TYPE_CHECKING:  # its module reads the registry through SQLAlchemy, which the delivery core never loads
+    from wayline.registry.snapshot import Snapshot
 
 CURRENT = "CURRENT"
 KEPT_VERSIONS = 10
@@ -110,4 +112,4 @@ def _replace(path: Path, content: bytes) -> None:
     temporary.replace(path)
 
 
-__all__ = ["CURRENT", "filter_node", "publish", "routing_document"]
+__all__ = ["CURRENT", "KEPT_VERSIONS", "filter_node", "publish", "routing_document"]
