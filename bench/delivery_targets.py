@@ -97,18 +97,38 @@ SCENARIOS = ("steady", "batch_latency", "backlog", "batch", "spike")
 CATCH_UP_FACTOR = 2.0
 
 
-def matching_hop(bench: Bench, tag: str, since: float) -> dict[str, float | None]:
-    """The senders engine's first hop, for events sent from ``since``: an event's ``time``
-    to its work record's Kafka timestamp (stamped as the matching query writes it); the
-    rest of the end-to-end latency is the sender processes'."""
+TIMELINE_S = 10
+"""The steady scenario's timeline: p99s per this many seconds of send time, to tell a
+start-up stall from a lasting lag (the two give the same p50 over a short phase)."""
+
+
+def matching_hops(bench: Bench, tag: str, since: float) -> list[tuple[float, float]]:
+    """The senders engine's first hop, for events sent from ``since``: each event's ``time``
+    and from it to its work record's Kafka timestamp (stamped as the matching query writes
+    it); the rest of the end-to-end latency is the sender processes'."""
     def hop(record: Message) -> tuple[float, float]:
         sent = datetime.fromisoformat(orjson.loads(record.value())["time"]).timestamp()
         return sent, record.timestamp()[1] / 1000 - sent
 
     rows: list[tuple[float, float]] = []
     read_topic(bench.settings.kafka_bootstrap(), work_topic(tag), hop, rows)
-    hops = sorted(latency for sent, latency in rows if sent >= since)
-    return {"matching_p50_s": quantile(hops, 0.5), "matching_p99_s": quantile(hops, 0.99)}
+    return [(sent, latency) for sent, latency in rows if sent >= since]
+
+
+def hop_figures(hops: list[tuple[float, float]]) -> dict[str, float | None]:
+    latencies = sorted(latency for _, latency in hops)
+    return {"matching_p50_s": quantile(latencies, 0.5), "matching_p99_s": quantile(latencies, 0.99)}
+
+
+def timeline(arrivals: Arrivals, hops: list[tuple[float, float]], began: float, ended: float) -> list[dict[str, Any]]:
+    """End-to-end and matching-hop p99 per ``TIMELINE_S`` of send time from ``began``."""
+    rows = []
+    for start in range(0, math.ceil(ended - began), TIMELINE_S):
+        low, high = began + start, began + start + TIMELINE_S
+        hop = sorted(latency for sent, latency in hops if low <= sent < high)
+        rows.append({"from_s": start, "p99_s": arrivals.totals(low, high)["latency_p99_s"],
+                     "matching_p99_s": quantile(hop, 0.99) if hop else None})
+    return rows
 
 
 def memory_figures(system: str, peaks_mb: dict[str, float]) -> dict[str, float]:
@@ -126,15 +146,18 @@ def memory_figures(system: str, peaks_mb: dict[str, float]) -> dict[str, float]:
 def steady(bench: Bench, system: str, tag: str, rate: float, mode: Mode = "streaming") -> dict[str, Any]:
     got = rate_run(bench, system, tag, [(rate, bench.args.steady_seconds)], mode)
     mark = got["marks"][0]
-    window = got["arrivals"].totals(mark["from"] + bench.args.warmup_s, math.inf)
-    hop = matching_hop(bench, tag, mark["from"] + bench.args.warmup_s) if system in ("senders", "wayline") else {}
+    since = mark["from"] + bench.args.warmup_s
+    window = got["arrivals"].totals(since, math.inf)
+    hops = matching_hops(bench, tag, since) if system in ("senders", "wayline") else []
     cpu = {} if got["cpu_s"] is None else {
         "cpu_s_per_1000": sum(got["cpu_s"].values()) / mark["sent"] * 1000,
         "cpu_s_per_1000_by_role": {role: round(used / mark["sent"] * 1000, 3) for role, used in got["cpu_s"].items()}}
     return {"measure": f"steady {rate:g}/s" if mode == "streaming" else f"batch mode {rate:g}/s",
             "achieved_rate": mark["achieved_rate"],
             "latency_p50_s": window["latency_p50_s"], "latency_p99_s": window["latency_p99_s"],
-            "events": mark["sent"], **hop, **cpu, **memory_figures(system, got["memory_peak_mb"])}
+            "events": mark["sent"], **(hop_figures(hops) if hops else {}), **cpu,
+            **memory_figures(system, got["memory_peak_mb"]),
+            "timeline": timeline(got["arrivals"], hops, since, mark["to"])}
 
 
 def spike(bench: Bench, system: str, tag: str) -> dict[str, Any]:

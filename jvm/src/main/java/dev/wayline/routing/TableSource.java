@@ -23,8 +23,10 @@ final class TableSource {
   private static final ObjectMapper JSON = new ObjectMapper();
   private static final Logger LOG = LoggerFactory.getLogger(TableSource.class);
   private static final ConcurrentHashMap<String, TableSource> FOLLOWED = new ConcurrentHashMap<>();
-  private static final ConcurrentHashMap<String, RoutingTable> PINNED = new ConcurrentHashMap<>();
+  private static final ConcurrentHashMap<Pinned, RoutingTable> PINNED = new ConcurrentHashMap<>();
   private static final int PINNED_KEPT = 8;
+
+  private record Pinned(String folder, long version) {}
 
   private final Path folder;
   private volatile RoutingTable table;
@@ -42,7 +44,7 @@ final class TableSource {
   /** The table of {@code version}, whatever CURRENT says: for a micro-batch planned with it.
    * A few versions are kept, the ones the batches running now name. */
   static RoutingTable pinned(String folder, long version) {
-    String key = folder + "#" + version;
+    Pinned key = new Pinned(folder, version);
     RoutingTable kept = PINNED.get(key);
     if (kept != null) {
       return kept;
@@ -74,16 +76,11 @@ final class TableSource {
         if (table == null || table.version != version) {
           table = load(folder, version);
         }
-      } catch (RuntimeException exc) {
+      } catch (IOException | RuntimeException exc) {
         if (table == null) {
-          throw exc;
+          throw exc instanceof IOException io ? new UncheckedIOException(missing(folder), io) : (RuntimeException) exc;
         }
         // The driver replaces files while tasks read them: route with the table in hand and look again.
-        LOG.warn("routing table in {} not reloaded, still routing with version {}: {}", folder, table.version, exc.toString());
-      } catch (IOException exc) {
-        if (table == null) {
-          throw new UncheckedIOException(missing(folder), exc);
-        }
         LOG.warn("routing table in {} not reloaded, still routing with version {}: {}", folder, table.version, exc.toString());
       }
       checkedAt = System.nanoTime();
