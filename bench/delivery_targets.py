@@ -111,13 +111,17 @@ def matching_hop(bench: Bench, tag: str, since: float) -> dict[str, float | None
     return {"matching_p50_s": quantile(hops, 0.5), "matching_p99_s": quantile(hops, 0.99)}
 
 
-def memory_figures(system: str, peaks_mb: dict[str, float]) -> dict[str, float]:
+def memory_figures(system: str, peaks_mb: dict[str, float], by_role_mb: dict[str, float]) -> dict[str, Any]:
     """The peaks that belong to ``system``: the idle JVM is not the plain sender's, and the
     floor starts no Python workers (those seen are the job's, idle). The JVM is one session
-    through every measurement, so its peak includes what earlier ones left on its heap."""
+    through every measurement, so its peak includes what earlier ones left on its heap.
+    With the system's own processes, each role's own peak beside their sum's."""
     mine = {"plain": ("process",), "floor": ("jvm",), "wayline": ("process",), "job": ("jvm", "python_workers"),
             "senders": ("process",)}[system]
-    return {f"peak_{k}_mb": peaks_mb[k] for k in mine}
+    figures: dict[str, Any] = {f"peak_{k}_mb": peaks_mb[k] for k in mine}
+    if "process" in mine:
+        figures["peak_process_mb_by_role"] = {role: round(mb) for role, mb in sorted(by_role_mb.items())}
+    return figures
 
 
 # --- Scenarios ----------------------------------------------------------------------------
@@ -134,7 +138,8 @@ def steady(bench: Bench, system: str, tag: str, rate: float, mode: Mode = "strea
     return {"measure": f"steady {rate:g}/s" if mode == "streaming" else f"batch mode {rate:g}/s",
             "achieved_rate": mark["achieved_rate"],
             "latency_p50_s": window["latency_p50_s"], "latency_p99_s": window["latency_p99_s"],
-            "events": mark["sent"], **hop, **cpu, **memory_figures(system, got["memory_peak_mb"])}
+            "events": mark["sent"], **hop, **cpu,
+            **memory_figures(system, got["memory_peak_mb"], got["memory_peak_by_role_mb"])}
 
 
 def spike(bench: Bench, system: str, tag: str) -> dict[str, Any]:
@@ -149,7 +154,7 @@ def spike(bench: Bench, system: str, tag: str) -> dict[str, Any]:
     return {"measure": "spike", "achieved_rates": [m["achieved_rate"] for m in got["marks"]],
             "p99_before_s": p99["before"], "p99_during_s": p99["during"], "p99_after_s": p99["after"],
             "catch_up_s": catch_up(arrivals, after, p99["before"]),
-            **memory_figures(system, got["memory_peak_mb"])}
+            **memory_figures(system, got["memory_peak_mb"], got["memory_peak_by_role_mb"])}
 
 
 def catch_up(arrivals: Arrivals, after: dict[str, Any], calm_p99: float | None) -> float | None:
@@ -177,7 +182,7 @@ def backlog(bench: Bench, system: str, tag: str, prefix: str, events: int, mode:
             # None when all came at once (the floor's single micro-batch).
             "first_to_last_per_s": (totals["events"] / (totals["last_at"] - totals["first_at"])
                                     if totals["last_at"] > totals["first_at"] else None),
-            **memory_figures(system, memory.peaks_mb)}
+            **memory_figures(system, memory.peaks_mb, memory.peaks_by_role_mb)}
 
 
 def one_round(bench: Bench, run: int, scenario: str) -> list[dict[str, Any]]:
