@@ -63,7 +63,7 @@ from wayline.delivery.holder import Polled, SnapshotHolder
 from wayline.delivery.metrics import DeliveryMetrics
 from wayline.delivery.open_batches import HeldPair, OpenBatches, Partition, ReadyBatch
 from wayline.delivery.outcomes import Outcome
-from wayline.delivery.runtime.processes import running_processes, seek_to_committed, wayline_command
+from wayline.delivery.runtime.processes import running_processes, runtime_command, seek_to_committed
 from wayline.delivery.runtime.registry_changes import disable_gone
 from wayline.delivery.runtime.send_step import Work, WorkRequest, send_work
 from wayline.delivery.runtime.worker import WorkerPool
@@ -396,7 +396,7 @@ def run_sender(settings: Settings, database: Database, metrics: DeliveryMetrics,
         sender.close()
 
 
-SENDER_COMMAND = wayline_command("run", "senders")
+SENDER_COMMAND = runtime_command("senders")
 
 
 def running_senders(settings: Settings) -> AbstractContextManager[list[int]]:
