@@ -131,13 +131,17 @@ def timeline(arrivals: Arrivals, hops: list[tuple[float, float]], began: float, 
     return rows
 
 
-def memory_figures(system: str, peaks_mb: dict[str, float]) -> dict[str, float]:
+def memory_figures(system: str, peaks_mb: dict[str, float], by_role_mb: dict[str, float]) -> dict[str, Any]:
     """The peaks that belong to ``system``: the idle JVM is not the plain sender's, and the
     floor starts no Python workers (those seen are the job's, idle). The JVM is one session
-    through every measurement, so its peak includes what earlier ones left on its heap."""
+    through every measurement, so its peak includes what earlier ones left on its heap.
+    With the system's own processes, each role's own peak beside their sum's."""
     mine = {"plain": ("process",), "floor": ("jvm",), "wayline": ("process",), "job": ("jvm", "python_workers"),
             "senders": ("process",)}[system]
-    return {f"peak_{k}_mb": peaks_mb[k] for k in mine}
+    figures: dict[str, Any] = {f"peak_{k}_mb": peaks_mb[k] for k in mine}
+    if "process" in mine:
+        figures["peak_process_mb_by_role"] = {role: round(mb) for role, mb in sorted(by_role_mb.items())}
+    return figures
 
 
 # --- Scenarios ----------------------------------------------------------------------------
@@ -156,7 +160,7 @@ def steady(bench: Bench, system: str, tag: str, rate: float, mode: Mode = "strea
             "achieved_rate": mark["achieved_rate"],
             "latency_p50_s": window["latency_p50_s"], "latency_p99_s": window["latency_p99_s"],
             "events": mark["sent"], **(hop_figures(hops) if hops else {}), **cpu,
-            **memory_figures(system, got["memory_peak_mb"]),
+            **memory_figures(system, got["memory_peak_mb"], got["memory_peak_by_role_mb"]),
             "timeline": timeline(got["arrivals"], hops, since, mark["to"])}
 
 
@@ -172,7 +176,7 @@ def spike(bench: Bench, system: str, tag: str) -> dict[str, Any]:
     return {"measure": "spike", "achieved_rates": [m["achieved_rate"] for m in got["marks"]],
             "p99_before_s": p99["before"], "p99_during_s": p99["during"], "p99_after_s": p99["after"],
             "catch_up_s": catch_up(arrivals, after, p99["before"]),
-            **memory_figures(system, got["memory_peak_mb"])}
+            **memory_figures(system, got["memory_peak_mb"], got["memory_peak_by_role_mb"])}
 
 
 def catch_up(arrivals: Arrivals, after: dict[str, Any], calm_p99: float | None) -> float | None:
@@ -200,7 +204,7 @@ def backlog(bench: Bench, system: str, tag: str, prefix: str, events: int, mode:
             # None when all came at once (the floor's single micro-batch).
             "first_to_last_per_s": (totals["events"] / (totals["last_at"] - totals["first_at"])
                                     if totals["last_at"] > totals["first_at"] else None),
-            **memory_figures(system, memory.peaks_mb)}
+            **memory_figures(system, memory.peaks_mb, memory.peaks_by_role_mb)}
 
 
 def one_round(bench: Bench, run: int, scenario: str) -> list[dict[str, Any]]:

@@ -113,6 +113,28 @@ def test_the_delivery_runtime_processes_load_no_spark() -> None:
         assert "pyspark" not in loaded_by(module), module
 
 
+def test_the_sender_and_retry_processes_load_no_arrow_and_no_pandas() -> None:
+    # Some 115 MB of resident memory in each process (docs/benchmarks.md, "Delivery's resident
+    # memory (issue 25)"), for work a sender process has as Python values already.
+    for module in ("wayline.delivery.runtime.senders", "wayline.delivery.runtime.retries"):
+        assert loaded_by("wayline.cli.main", module) & {"pyarrow", "pandas", "numpy"} == set(), module
+
+
+def test_the_runtime_processes_entry_point_loads_no_database_library() -> None:
+    # What `wayline run delivery` starts: an intake process never needs one, a sender
+    # process loads it when its command runs.
+    loaded = loaded_by("wayline.cli.runtime", "wayline.delivery.runtime.intake")
+    assert "typer" in loaded and "confluent_kafka" in loaded
+    assert loaded & {"sqlalchemy", "psycopg", "pyspark", "pyarrow"} == set()
+
+
+def test_the_matching_jobs_driver_loads_no_pandas() -> None:
+    # It plans a JVM-only query; the batching query's pandas is its Python workers' to load.
+    loaded = loaded_by("wayline.cli.main", "wayline.pipelines.matching_job")
+    assert "pyspark" in loaded
+    assert "pandas" not in loaded
+
+
 def test_the_console_loads_no_spark_no_kafka_client_and_no_rich_or_prometheus_client() -> None:
     loaded = loaded_by("wayline.console.app")
     assert "fastapi" in loaded

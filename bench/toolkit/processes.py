@@ -65,19 +65,23 @@ def cpu_of(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
-def cpu_seconds(pids: list[int]) -> dict[str, float]:
-    """User and system CPU seconds used so far by ``pids`` and every descendant alive now,
-    per role: ``<command>:<kind>``, the command a root runs (``wayline run delivery``'s
-    "delivery") and the kind of process (its Python ``driver``, its ``jvm``, the JVM's Python
-    ``workers``, and the driver's other children, its ``senders``)."""
-    found = processes()
-    used: dict[str, float] = {}
+def roles(found: dict[int, Process], pids: list[int]) -> dict[str, list[int]]:
+    """``pids`` and every descendant alive now, per role: ``<command>:<kind>``, the command a
+    root runs (``wayline run delivery``'s "delivery") and the kind of process (its Python
+    ``driver``, its ``jvm``, the JVM's Python ``workers``, and the driver's other children:
+    its ``intake`` processes and its ``senders``)."""
+    found_roles: dict[str, list[int]] = {}
     for root in (pid for pid in pids if pid in found):
         command = found[root].command.rstrip(b"\0").rsplit(b"\0", 1)[-1].decode(errors="replace")
         for pid in [root, *descendants(found, [root])]:
-            role = f"{command}:{_kind(found, pid, root)}"
-            used[role] = used.get(role, 0.0) + (cpu_of(pid) or 0.0)
-    return used
+            found_roles.setdefault(f"{command}:{_kind(found, pid, root)}", []).append(pid)
+    return found_roles
+
+
+def cpu_seconds(pids: list[int]) -> dict[str, float]:
+    """User and system CPU seconds used so far by ``pids`` and every descendant alive now,
+    per role (:func:`roles`)."""
+    return {role: sum(cpu_of(pid) or 0.0 for pid in members) for role, members in roles(processes(), pids).items()}
 
 
 def _kind(found: dict[int, Process], pid: int, root: int) -> str:
@@ -90,7 +94,7 @@ def _kind(found: dict[int, Process], pid: int, root: int) -> str:
         if b"java" in found[parent].command.split(b"\0", 1)[0]:
             return "workers"
         parent = found[parent].parent
-    return "senders"
+    return "intake" if b"\0intake\0" in found[pid].command else "senders"
 
 
 class Sampler:
@@ -128,6 +132,9 @@ class MemorySampler(Sampler):
         super().__init__(SAMPLE_S)
         self._pids = list(pids)
         self.peaks_mb = {"jvm": 0.0, "python_workers": 0.0, "process": 0.0}
+        self.peaks_by_role_mb: dict[str, float] = {}
+        """The system's own processes, per role (:func:`roles`): each role's own peak, so they
+        need not add up to the ``process`` peak, which is of their sum at one sample."""
 
     def sample(self) -> None:
         found = processes()
@@ -137,6 +144,9 @@ class MemorySampler(Sampler):
                "python_workers": sum(found[p].resident_mb for p in workers),
                "process": sum(found[p].resident_mb for p in self._tree(found))}
         self.peaks_mb = {k: max(v, now[k]) for k, v in self.peaks_mb.items()}
+        for role, members in roles(found, self._pids).items():
+            resident = sum(found[p].resident_mb for p in members)
+            self.peaks_by_role_mb[role] = max(self.peaks_by_role_mb.get(role, 0.0), resident)
 
     def _tree(self, found: dict[int, Process]) -> list[int]:
         roots = [pid for pid in self._pids if pid in found]

@@ -371,7 +371,8 @@ def rate_run(bench: Bench, system: str, tag: str, segments: list[tuple[float, fl
         wait_for(started, PRIME_EVENTS + sum(m["sent"] for m in marks))
         cpu_to = cpu_seconds(started.pids)
         cpu = {role: used - cpu_from.get(role, 0.0) for role, used in cpu_to.items()} if started.pids else None
-    return {"marks": marks, "memory_peak_mb": memory.peaks_mb, "arrivals": started.arrivals, "cpu_s": cpu}
+    return {"marks": marks, "memory_peak_mb": memory.peaks_mb, "memory_peak_by_role_mb": memory.peaks_by_role_mb,
+            "arrivals": started.arrivals, "cpu_s": cpu}
 
 
 @contextmanager

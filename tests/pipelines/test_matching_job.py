@@ -159,6 +159,14 @@ def test_the_matching_jvm_takes_its_options_after_the_ones_every_job_takes(base_
     assert with_matching_jvm(base_settings).spark.java_options == "-XX:TieredStopAtLevel=1"
 
 
+def test_the_matching_jvm_has_a_heap_of_its_own_size(base_settings: Settings) -> None:
+    sized = base_settings.model_copy(update={
+        "delivery": base_settings.delivery.model_copy(update={"matching_driver_memory": "768m"})})
+    assert with_matching_jvm(sized).spark.driver_memory == "768m"
+    assert with_matching_jvm(base_settings).spark.driver_memory == "512m"
+    assert base_settings.spark.driver_memory == "2g"  # every other job's
+
+
 @pytest.mark.integration
 def test_a_local_master_is_raised_to_the_slots_the_topics_need(settings: Settings, unique: str) -> None:
     name = f"mjs{unique}"

@@ -22,6 +22,7 @@ from wayline.cli.output import console, guarded, job_log_file, watch
 from wayline.cli.recon import recon_app, watch_recon
 from wayline.cli.registry import APPS
 from wayline.cli.rules import rules_app, watch_rules
+from wayline.cli.runtime import run_intake, run_senders
 from wayline.core.errors import WaylineError
 from wayline.core.kafka import ensure_topics
 from wayline.core.progress import Collectors, QueryProgress
@@ -286,71 +287,10 @@ def run_retries() -> None:
         watch(drain, view, "retry drain")
 
 
-_PARENT_HELP = ("stop, as on SIGTERM, once the process with this pid is no longer this one's parent "
-                "(`wayline run delivery` passes its own, so the processes it starts never outlive it, even after "
-                "kill -9)")
-
-
-def _runtime_process(parent: int | None) -> threading.Event:
-    """For a delivery runtime process (a sender or intake process): the event SIGINT,
-    SIGTERM or the loss of ``parent`` sets, and its log on standard error."""
-    import logging
-    import signal
-
-    stop = threading.Event()
-    for number in (signal.SIGINT, signal.SIGTERM):
-        # What is in progress finishes, is recorded and committed; then the process exits.
-        signal.signal(number, lambda *_: stop.set())
-    if parent is not None:
-        def orphaned() -> None:
-            while not stop.wait(1.0):
-                if os.getppid() != parent:
-                    stop.set()
-
-        threading.Thread(target=orphaned, name="wayline-parent", daemon=True).start()
-    handler = logging.StreamHandler()
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    logging.getLogger("wayline").addHandler(handler)
-    logging.getLogger("wayline").setLevel(logging.INFO)
-    return stop
-
-
-@run_app.command("senders")
-@guarded
-def run_senders(parent: Annotated[int | None, typer.Option(help=_PARENT_HELP)] = None) -> None:
-    """Send what the matching query routed to the work topic (delivery.engine = "senders"): one sender process,
-    until SIGINT or SIGTERM; metrics on /metrics (delivery.sender_metrics_port)."""
-    from wayline.delivery.metrics import DeliveryMetrics
-    from wayline.delivery.runtime.senders import run_sender
-
-    settings = Settings()
-    stop = _runtime_process(parent)
-    metrics = DeliveryMetrics()
-    pid = os.getpid()
-    with (compose.metrics_served(metrics, settings.delivery.metrics_host, settings.delivery.sender_metrics_port,
-                                 "WAYLINE_DELIVERY__SENDER_METRICS_PORT") as server,
-          compose.database(settings) as database):
-        console.print(f"sender {pid}: sending from {settings.delivery.work_topic} as {settings.delivery.sender_group}; "
-                      f"metrics at {server.where}; SIGINT or SIGTERM stops", soft_wrap=True)
-        run_sender(settings, database, metrics, stop)
-    console.print(f"sender {pid}: stopped")
-
-
-@run_app.command("intake")
-@guarded
-def run_intake(parent: Annotated[int | None, typer.Option(help=_PARENT_HELP)] = None) -> None:
-    """Copy the delivery job's source topics onto delivery.intake_topic for the matching query (delivery.intake):
-    one intake process, until SIGINT or SIGTERM."""
-    from wayline.core.topics import delivered_topic_pattern
-    from wayline.delivery.runtime import intake
-
-    settings = Settings()
-    stop = _runtime_process(parent)
-    pid = os.getpid()
-    console.print(f"intake {pid}: copying {delivered_topic_pattern(settings)} onto {settings.delivery.intake_topic} "
-                  f"as {settings.delivery.intake_group}; SIGINT or SIGTERM stops", soft_wrap=True)
-    intake.run_intake(settings, stop)
-    console.print(f"intake {pid}: stopped")
+# The delivery runtime's processes: `wayline run delivery` starts them through their own
+# entry point (wayline.cli.runtime), which loads less than this module.
+run_app.command("senders")(run_senders)
+run_app.command("intake")(run_intake)
 
 
 @serve_app.command("admin")

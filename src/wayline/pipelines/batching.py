@@ -29,10 +29,9 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
-import pandas as pd
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
@@ -47,6 +46,9 @@ from wayline.core.settings import Settings
 from wayline.delivery.batch import BatchItem, BatchKey, BatchLimits
 from wayline.delivery.bucket import Bucket, Bundle, ReadyBatch, Source
 from wayline.pipelines.sending import SEND_SCHEMA
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 KEY_COLUMNS = ("subscription_id", "endpoint_id", "max_count", "max_wait_ms", "shard")
 BUNDLE_SCHEMA = (
@@ -188,6 +190,10 @@ class BatchingProcessor(StatefulProcessor):
         else:
             self._state.update((blob, wanted_ms))
         if ready:
+            # Here, in the Python worker, not at the top: the driver of the senders engine
+            # imports this module for its plan only and never needs pandas (35 MB resident).
+            import pandas as pd
+
             yield pd.DataFrame({
                 "kind": ["batch"] * len(ready),
                 "subscription_id": [r.batch.key.subscription_id for r in ready],

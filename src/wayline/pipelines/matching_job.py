@@ -155,12 +155,16 @@ def with_intake(settings: Settings, *, on: bool) -> Settings:
 
 def with_matching_jvm(settings: Settings) -> Settings:
     """``settings`` for the SparkSession of ``wayline run delivery`` with ``delivery.engine =
-    "senders"``: ``delivery.matching_java_options`` after ``spark.java_options``. Its JVM
-    runs the matching query alone, a projection per event: C2's compilations cost more CPU
-    than they save in the minutes after start (docs/benchmarks.md, "Delivery on three
-    topic layouts (issue 25)")."""
+    "senders"``: ``delivery.matching_java_options`` after ``spark.java_options``, and
+    ``delivery.matching_driver_memory`` for its heap. Its JVM runs the matching query alone,
+    a projection per event: C2's compilations cost more CPU than they save in the minutes
+    after start (docs/benchmarks.md, "Delivery on three topic layouts (issue 25)"), and a
+    heap of every job's size is mostly young garbage G1 keeps (docs/benchmarks.md,
+    "Delivery's resident memory (issue 25)")."""
     options = f"{settings.spark.java_options} {settings.delivery.matching_java_options}".strip()
-    return settings.model_copy(update={"spark": settings.spark.model_copy(update={"java_options": options})})
+    spark = settings.spark.model_copy(update={"java_options": options,
+                                              "driver_memory": settings.delivery.matching_driver_memory})
+    return settings.model_copy(update={"spark": spark})
 
 
 def with_enough_slots(settings: Settings, *, beside: int = 0) -> Settings:

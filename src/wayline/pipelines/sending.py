@@ -3,7 +3,8 @@
 A frame of work rows — the columns of :data:`WORK_SCHEMA`, as
 :mod:`~wayline.pipelines.routing` makes them (the batching query's ready batches have
 the first five only) — goes through ``mapInArrow``: each task does the send step
-(:func:`~wayline.delivery.runtime.send_step.send_work`, which the sender processes run too): one
+(:func:`~wayline.delivery.runtime.send_step.send_work`, which the sender processes run too, on
+the rows read by :func:`~wayline.delivery.runtime.work_rows.work_of`): one
 delivery stage (:func:`~wayline.delivery.stage.run_stage`: dispatcher, stage deadline,
 the delivery log and retry store written by the task itself) for its ``single`` and
 ``batch`` rows, its ``record`` rows (quarantine copies, batch-mode bundles) written to
@@ -31,14 +32,15 @@ from pyspark.sql.pandas.types import from_arrow_schema
 
 from wayline.core.settings import DeliverySettings, KafkaSettings, PostgresSettings, RegistrySettings, Settings
 from wayline.delivery.outcomes import BatchSummary, Outcome
-from wayline.delivery.runtime.send_step import SEND_COLUMNS, WORK_ARROW_SCHEMA, send_work
+from wayline.delivery.runtime.send_step import send_work
+from wayline.delivery.runtime.work_rows import SEND_COLUMNS, WORK_ARROW_SCHEMA, work_of
 from wayline.delivery.runtime.worker import worker_pool
 from wayline.delivery.stage import StageSettings
 from wayline.delivery.targets import Target
 
 _WORK_FIELDS = from_arrow_schema(WORK_ARROW_SCHEMA).fields
 WORK_SCHEMA = ", ".join(f"{field.name} {field.dataType.simpleString()}" for field in _WORK_FIELDS)
-""":data:`~wayline.delivery.runtime.send_step.WORK_ARROW_SCHEMA` (a row of work, by kind) as Spark DDL."""
+""":data:`~wayline.delivery.runtime.work_rows.WORK_ARROW_SCHEMA` (a row of work, by kind) as Spark DDL."""
 SEND_SCHEMA = ", ".join(f"{field.name} {field.dataType.simpleString()}" for field in _WORK_FIELDS[:SEND_COLUMNS])
 SUMMARY_SCHEMA = pa.schema([("summary", pa.binary())])
 # The rows of `Tally.rows()`, as each draining task returns them. Arrow is the source of
@@ -70,7 +72,7 @@ class PartitionSender:
         self._failing = failing
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        summary = send_work(batches, self._targets.value, self._settings, self._stage,
+        summary = send_work(work_of(batches), self._targets.value, self._settings, self._stage,
                             lambda: worker_pool(self._settings), failing=self._failing)
         if summary is not None:
             yield pa.RecordBatch.from_pylist([{"summary": summary.to_json()}], schema=SUMMARY_SCHEMA)

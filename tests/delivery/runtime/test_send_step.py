@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from wayline.delivery.runtime.send_step import WORK_ARROW_SCHEMA
+from wayline.delivery.runtime.work_rows import WORK_ARROW_SCHEMA
 from wayline.pipelines.sending import SEND_SCHEMA, WORK_SCHEMA
 
 

@@ -32,7 +32,8 @@ from wayline.core.kafka import ensure_topics
 from wayline.core.secret import Secret
 from wayline.core.settings import Settings
 from wayline.delivery import work
-from wayline.delivery.runtime.send_step import WORK_ARROW_SCHEMA
+from wayline.delivery.attempt import Kind
+from wayline.delivery.runtime.send_step import WorkRequest
 from wayline.delivery.runtime.senders import (
     BAD_RECORD,
     MAX_BATCH,
@@ -70,10 +71,9 @@ def test_work_records_become_single_requests_with_their_route() -> None:
                        headers=headers_for("sub_1", "ep_1", f"e{n}", version=3 + n)) for n in range(2)]
     decoded = decode(records, QUARANTINE)
     assert (decoded.bad, decoded.version, decoded.subscriptions) == (0, 4, {"sub_1"})
-    rows = decoded.work.to_pylist()
-    assert [(r["kind"], r["subscription_id"], r["endpoint_id"], r["event_ids"], r["source"]) for r in rows] == [
-        ("single", "sub_1", "ep_1", ["e0"], SOURCE), ("single", "sub_1", "ep_1", ["e1"], SOURCE)]
-    assert rows[1]["body"] == body_of("e1")
+    assert decoded.work.requests == [WorkRequest(Kind.SINGLE, "sub_1", "ep_1", ("e0",), body_of("e0"), SOURCE),
+                                     WorkRequest(Kind.SINGLE, "sub_1", "ep_1", ("e1",), body_of("e1"), SOURCE)]
+    assert decoded.work.records == []
 
 
 def test_batch_mode_pairs_are_held_apart_with_their_place_on_the_work_topic() -> None:
@@ -82,7 +82,7 @@ def test_batch_mode_pairs_are_held_apart_with_their_place_on_the_work_topic() ->
                                            kind=work.PAIR if n != 2 else work.SINGLE)) for n in range(3)]
     decoded = decode(records, QUARANTINE)
     assert (decoded.bad, decoded.version, decoded.subscriptions) == (0, 5, {"sub_1", "sub_2"})
-    assert [(r["kind"], r["event_ids"]) for r in decoded.work.to_pylist()] == [("single", ["e2"])]
+    assert [(r.kind, r.event_ids) for r in decoded.work.requests] == [(Kind.SINGLE, ("e2",))]
     assert [(p.partition, p.offset, p.subscription_id, p.endpoint_id, p.item.event_id, p.item.body)
             for p in decoded.pairs] == [(("work", 2), 40, "sub_1", "ep_1", "e0", body_of("e0")),
                                         (("work", 2), 41, "sub_2", "ep_1", "e1", body_of("e1"))]
@@ -102,31 +102,28 @@ def test_a_record_breaking_the_contract_is_quarantined_with_its_reason(
                    headers=headers_for("sub_1", "ep_1", "e0"))
     bad = Message(topic="work", partition=1, offset=7, key=b"ep_1", value=value, headers=headers)
     decoded = decode([good, bad], QUARANTINE)
-    assert decoded.bad == 1
-    sent, quarantined = decoded.work.to_pylist()
-    assert sent["kind"] == "single"
-    assert (quarantined["kind"], quarantined["topic"], quarantined["reason"]) == ("record", QUARANTINE, BAD_RECORD)
-    assert (quarantined["key"], quarantined["body"]) == (b"ep_1", value)
-    added = {h["key"]: h["value"] for h in quarantined["headers"]}
-    assert why in added[DETAIL_HEADER].decode()
+    assert (decoded.bad, decoded.work.counts.quarantined) == (1, {BAD_RECORD: 1})
+    [sent], [quarantined] = decoded.work.requests, decoded.work.records
+    assert sent.kind is Kind.SINGLE
+    assert (quarantined.topic, quarantined.key, quarantined.value) == (QUARANTINE, b"ep_1", value)
+    added = dict(quarantined.headers)
+    assert why in (added[DETAIL_HEADER] or b"").decode()
     assert (added[REASON_HEADER], added[SOURCE_OFFSET_HEADER]) == (BAD_RECORD.encode(), b"7")
     # The original headers travel with the copy, in front of the quarantine's.
-    assert [(h["key"], h["value"]) for h in quarantined["headers"][:len(headers)]] == headers
+    assert list(quarantined.headers[:len(headers)]) == headers
 
 
-def test_a_mixed_poll_keeps_its_order_and_each_rows_own_fields() -> None:
+def test_a_mixed_poll_keeps_its_requests_in_order_beside_its_quarantine_copies() -> None:
     records = [Message(topic="work", partition=0, offset=n, key=b"ep_1", value=body_of(f"e{n}"),
                        headers=headers_for("sub_1", "ep_1", f"e{n}", version=2) if n != 1 else [(work.KIND, b"single")])
                for n in range(3)]
     decoded = decode(records, QUARANTINE)
-    assert decoded.work.schema == WORK_ARROW_SCHEMA
     assert (decoded.bad, decoded.version, decoded.subscriptions) == (1, 2, {"sub_1"})
-    rows = decoded.work.to_pylist()
-    assert [(r["kind"], r["event_ids"], r["topic"], r["reason"], r["source"], r["events"]) for r in rows] == [
-        ("single", ["e0"], None, None, SOURCE, None), ("record", None, QUARANTINE, BAD_RECORD, None, None),
-        ("single", ["e2"], None, None, SOURCE, None)]
-    assert [r["body"] for r in rows] == [body_of(f"e{n}") for n in range(3)]
-    assert (rows[0]["headers"], rows[1]["subscription_id"], rows[1]["key"]) == (None, None, b"ep_1")
+    assert [(r.event_ids, r.body, r.source) for r in decoded.work.requests] == [
+        (("e0",), body_of("e0"), SOURCE), (("e2",), body_of("e2"), SOURCE)]
+    [quarantined] = decoded.work.records
+    assert (quarantined.topic, quarantined.key, quarantined.value) == (QUARANTINE, b"ep_1", body_of("e1"))
+    assert decoded.work.counts.events == 0  # events are counted where they are read: by the matching query
 
 
 def test_the_start_up_heap_is_kept_out_of_full_collections() -> None:

@@ -1,7 +1,8 @@
 """The delivery runtime: what sends, outside Spark's plan, with the world at its edges.
 
 - ``worker``            a process's long-lived HTTP transport, database pool and Kafka producer
-- ``send_step``         a batch of work rows → one delivery stage and its Kafka records → counts
+- ``send_step``         a batch of work → one delivery stage and its Kafka records → counts
+- ``work_rows``         work as Arrow rows, as the Spark sending tasks get it
 - ``senders``           the sender processes of ``delivery.engine = "senders"``: a consumer
                         group on the work topic, open batches in memory, commits after outcomes
 - ``intake``            the intake processes: many source topics copied onto one intake topic

@@ -41,7 +41,7 @@ from wayline.core.errors import RetryLater
 from wayline.core.kafka import KafkaRecord, ensure_topics, produce_all
 from wayline.core.settings import Settings
 from wayline.core.topics import delivered_topic_pattern
-from wayline.delivery.runtime.processes import running_processes, seek_to_committed, wayline_command
+from wayline.delivery.runtime.processes import running_processes, runtime_command, seek_to_committed
 
 _log = logging.getLogger(__name__)
 
@@ -59,7 +59,7 @@ SESSION_TIMEOUT_MS = 10_000
 METADATA_REFRESH_MS = 5_000
 """A topic created later is found, and copied from its start, within this long."""
 FAILED_COPY_PAUSE_S = 1.0
-INTAKE_COMMAND = wayline_command("run", "intake")
+INTAKE_COMMAND = runtime_command("intake")
 
 
 def uses_intake(settings: Settings, partitions: int, cores: int) -> bool:

@@ -21,9 +21,10 @@ STOP_GRACE_S = 30.0
 """How long :func:`running_processes` lets a process finish what it does before killing it."""
 
 
-def wayline_command(*args: str) -> tuple[str, ...]:
-    """``wayline ARGS`` run by this interpreter."""
-    return (sys.executable, "-m", "wayline.cli.main", *args)
+def runtime_command(*args: str) -> tuple[str, ...]:
+    """``wayline run ARGS`` run by this interpreter, through the runtime processes' own entry
+    point (:mod:`wayline.cli.runtime`: it loads only what they run)."""
+    return (sys.executable, "-m", "wayline.cli.runtime", *args)
 
 
 @contextmanager
@@ -62,4 +63,4 @@ def seek_to_committed(consumer: Consumer, what: str) -> None:
         _log.warning("could not rewind %s: %s", what, exc)
 
 
-__all__ = ["STOP_GRACE_S", "running_processes", "seek_to_committed", "wayline_command"]
+__all__ = ["STOP_GRACE_S", "running_processes", "runtime_command", "seek_to_committed"]

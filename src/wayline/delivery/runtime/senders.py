@@ -13,7 +13,7 @@ only what must move). Its loop:
    record that much later at most, not one poll per record of a thin stream; a busy one
    finds the next batch already fetched (librdkafka fetches in the background while a
    stage runs), so batches grow with the load and nothing waits to fill one;
-2. **decode** the records into work rows and batch-mode pairs (:func:`decode`); a record
+2. **decode** the records into requests and batch-mode pairs (:func:`decode`); a record
    that breaks the contract is quarantined with its reason, counted, and never stops the
    process;
 3. **gather** the pairs into their subscriptions' open batches
@@ -41,10 +41,9 @@ import os
 import threading
 from collections.abc import Collection, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 
-import pyarrow as pa
 from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 
 from wayline.core.envelope import (
@@ -55,17 +54,18 @@ from wayline.core.envelope import (
     SOURCE_TOPIC_HEADER,
 )
 from wayline.core.errors import WaylineError
-from wayline.core.kafka import ensure_topics
+from wayline.core.kafka import KafkaRecord, ensure_topics
 from wayline.core.settings import Settings
 from wayline.delivery import work
+from wayline.delivery.attempt import Kind
 from wayline.delivery.batch import BatchItem, BatchLimits
 from wayline.delivery.holder import Polled, SnapshotHolder
 from wayline.delivery.metrics import DeliveryMetrics
 from wayline.delivery.open_batches import HeldPair, OpenBatches, Partition, ReadyBatch
 from wayline.delivery.outcomes import Outcome
-from wayline.delivery.runtime.processes import running_processes, seek_to_committed, wayline_command
+from wayline.delivery.runtime.processes import running_processes, runtime_command, seek_to_committed
 from wayline.delivery.runtime.registry_changes import disable_gone
-from wayline.delivery.runtime.send_step import WORK_ARROW_SCHEMA, send_work
+from wayline.delivery.runtime.send_step import Work, WorkRequest, send_work
 from wayline.delivery.runtime.worker import WorkerPool
 from wayline.delivery.stage import StageSettings
 from wayline.delivery.targets import Target, target_of
@@ -115,11 +115,10 @@ def load_sender_snapshot(database: Database, endpoints: EndpointService) -> Send
 
 @dataclass(frozen=True)
 class Decoded:
-    """A poll's records as work rows (:data:`~wayline.delivery.runtime.send_step.WORK_ARROW_SCHEMA`)
-    and batch-mode pairs."""
+    """A poll's records as work (requests and quarantine copies) and batch-mode pairs."""
 
-    work: pa.RecordBatch
-    """``single`` requests, and a quarantine ``record`` per bad work record."""
+    work: Work
+    """``single`` requests, and a quarantine copy per bad work record (counted)."""
     pairs: list[HeldPair]
     """Batch-mode pairs, in their partitions' order, for the open batches."""
     version: int
@@ -130,79 +129,55 @@ class Decoded:
 
 
 def decode(records: Sequence[Message], quarantine_topic: str) -> Decoded:
-    """``records`` of the work topic as work rows and pairs; each one that breaks the
-    contract becomes its quarantine copy (the original key, value and headers, plus why)."""
-    # Built column by column: a dict per row and pyarrow's inference over them cost more
-    # than the rest of the decoding.
-    columns: dict[str, list[object]] = {name: [] for name in WORK_ARROW_SCHEMA.names}
-    kind, subscription_id, endpoint_id = columns["kind"], columns["subscription_id"], columns["endpoint_id"]
-    event_ids, body, topic, key = columns["event_ids"], columns["body"], columns["topic"], columns["key"]
-    headers_column, reason, source = columns["headers"], columns["reason"], columns["source"]
+    """``records`` of the work topic as work and pairs; each one that breaks the contract
+    becomes its quarantine copy (the original key, value and headers, plus why)."""
+    todo = Work()
     versions: set[str] = set()
     subscriptions: set[str] = set()
     pairs: list[HeldPair] = []
-    bad = 0
     for record in records:
         raw = record.headers() or ()
-        headers, problem = _headers(raw)
-        value = record.value()
-        if problem is None and value is None:
-            problem = "the record has no value (the request body)"
-        if problem is None:
-            versions.add(headers[work.VERSION])
-            subscriptions.add(headers[work.SUBSCRIPTION])
-            if headers[work.KIND] == work.PAIR:
-                pairs.append(HeldPair((record.topic(), record.partition()), record.offset(),
-                                      headers[work.SUBSCRIPTION], headers[work.ENDPOINT],
-                                      BatchItem(headers[work.EVENT], value)))
-                continue
-            kind.append("single")
-            subscription_id.append(headers[work.SUBSCRIPTION])
-            endpoint_id.append(headers[work.ENDPOINT])
-            event_ids.append((headers[work.EVENT],))
-            source.append(headers[work.SOURCE])
-            topic.append(None)
-            key.append(None)
-            headers_column.append(None)
-            reason.append(None)
-        else:
-            bad += 1
-            kind.append("record")
-            subscription_id.append(None)
-            endpoint_id.append(None)
-            event_ids.append(None)
-            source.append(None)
-            topic.append(quarantine_topic)
-            key.append(record.key())
-            headers_column.append([{"key": k, "value": v} for k, v in raw] + [
-                {"key": name, "value": text.encode()} for name, text in (
-                    (REASON_HEADER, BAD_RECORD), (DETAIL_HEADER, problem), (SOURCE_TOPIC_HEADER, record.topic()),
+        routed = _routed(raw, record.value())
+        if isinstance(routed, str):
+            todo.records.append(KafkaRecord(quarantine_topic, record.key(), record.value(), [*raw, *(
+                (name, text.encode()) for name, text in (
+                    (REASON_HEADER, BAD_RECORD), (DETAIL_HEADER, routed), (SOURCE_TOPIC_HEADER, record.topic()),
                     (SOURCE_PARTITION_HEADER, str(record.partition())), (SOURCE_OFFSET_HEADER, str(record.offset())),
-                )])
-            reason.append(BAD_RECORD)
-        body.append(value)
-    columns["events"] = [None] * len(kind)
-    batch = pa.RecordBatch.from_arrays(
-        [pa.array(columns[field.name], type=field.type) for field in WORK_ARROW_SCHEMA], schema=WORK_ARROW_SCHEMA)
-    return Decoded(batch, pairs, max(map(int, versions), default=0), frozenset(subscriptions), bad)
+                ))]))
+            todo.counts.quarantined[BAD_RECORD] += 1
+            continue
+        headers, value = routed
+        versions.add(headers[work.VERSION])
+        subscriptions.add(headers[work.SUBSCRIPTION])
+        if headers[work.KIND] == work.PAIR:
+            pairs.append(HeldPair((record.topic(), record.partition()), record.offset(),
+                                  headers[work.SUBSCRIPTION], headers[work.ENDPOINT],
+                                  BatchItem(headers[work.EVENT], value)))
+        else:
+            todo.requests.append(WorkRequest(Kind.SINGLE, headers[work.SUBSCRIPTION],
+                                             headers[work.ENDPOINT], (headers[work.EVENT],), value,
+                                             headers[work.SOURCE]))
+    bad = len(todo.records)
+    return Decoded(todo, pairs, max(map(int, versions), default=0), frozenset(subscriptions), bad)
 
 
-def batch_rows(ready: Sequence[ReadyBatch]) -> pa.RecordBatch:
-    """Ready batches as ``batch`` work rows (the CloudEvents batch body, its events' ids)."""
-    rows = len(ready)
-    columns: dict[str, list[object]] = {
-        "kind": ["batch"] * rows,
-        "subscription_id": [r.batch.key.subscription_id for r in ready],
-        "endpoint_id": [r.endpoint_id for r in ready],
-        "event_ids": [r.batch.event_ids for r in ready],
-        "body": [r.batch.body for r in ready],
-    }
-    return pa.RecordBatch.from_arrays(
-        [pa.array(columns.get(field.name, [None] * rows), type=field.type) for field in WORK_ARROW_SCHEMA],
-        schema=WORK_ARROW_SCHEMA)
+def batch_requests(ready: Sequence[ReadyBatch]) -> list[WorkRequest]:
+    """Ready batches as ``batch`` requests (the CloudEvents batch body, its events' ids)."""
+    return [WorkRequest(Kind.BATCH, r.batch.key.subscription_id, r.endpoint_id, r.batch.event_ids, r.batch.body)
+            for r in ready]
 
 
 _WANTED = frozenset(_REQUIRED)
+
+
+def _routed(raw: Sequence[tuple[str, bytes | None]], value: bytes | None) -> tuple[dict[str, str], bytes] | str:
+    """The contract's headers as text and the request body, or why the record breaks the contract."""
+    headers, problem = _headers(raw)
+    if problem is not None:
+        return problem
+    if value is None:
+        return "the record has no value (the request body)"
+    return headers, value
 
 
 def _headers(raw: Sequence[tuple[str, bytes | None]]) -> tuple[dict[str, str], str | None]:
@@ -307,7 +282,9 @@ class Sender:
         if not records and not ready:
             return
         subscriptions = decoded.subscriptions | {r.batch.key.subscription_id for r in ready}
-        summary = send_work([decoded.work, batch_rows(ready)] if ready else [decoded.work], snapshot.targets,
+        # The ready batches go in the same stage as the poll's requests.
+        todo = replace(decoded.work, requests=decoded.work.requests + batch_requests(ready))
+        summary = send_work(todo, snapshot.targets,
                             self._settings, self._stage,
                             lambda: self._pool, failing=self._failing.current(),
                             gone=self._gone(decoded.version, subscriptions, snapshot))
@@ -419,7 +396,7 @@ def run_sender(settings: Settings, database: Database, metrics: DeliveryMetrics,
         sender.close()
 
 
-SENDER_COMMAND = wayline_command("run", "senders")
+SENDER_COMMAND = runtime_command("senders")
 
 
 def running_senders(settings: Settings) -> AbstractContextManager[list[int]]:
@@ -430,5 +407,6 @@ def running_senders(settings: Settings) -> AbstractContextManager[list[int]]:
 
 __all__ = [
     "BAD_RECORD", "FAILED_STAGE_PAUSE_S", "FIRST_WAIT_S", "MAX_BATCH", "SENDER_COMMAND", "SESSION_TIMEOUT_MS",
-    "Decoded", "Sender", "SenderSnapshot", "batch_rows", "decode", "ensure_work_topics", "freeze_startup_heap", "load_sender_snapshot", "run_sender", "running_senders",
+    "Decoded", "Sender", "SenderSnapshot", "batch_requests", "decode", "ensure_work_topics", "freeze_startup_heap",
+    "load_sender_snapshot", "run_sender", "running_senders",
 ]
