@@ -38,8 +38,10 @@ LINE_AT_S = 120
 SETTLE_S = 45
 STOP_WAIT_S = 120
 _ROW = re.compile(r"(streaming|batch) mode\s*│\s*[\d,]+\s*│\s*([\d,]+|–)( ms)?\s*│\s*([\d,]+|–)")
-_KINDS = (("broker", b"kafka.Kafka"), ("workers", b"worker_daemon"), ("sender", b"run\0senders"),
-          ("intake", b"run\0intake"), ("recon", b"run\0recon"), ("demo", b"wayline\0demo"))
+# The runtime processes start as `python -m wayline.cli.runtime senders|intake`, or as
+# `wayline run senders|intake` by hand: a word of the command names them either way.
+_KINDS = (("broker", b"kafka.Kafka"), ("workers", b"worker_daemon"), ("sender", b"\0senders"),
+          ("intake", b"\0intake"), ("recon", b"run\0recon"), ("demo", b"wayline\0demo"))
 
 
 def kind(command: bytes) -> str | None:
