@@ -125,7 +125,11 @@ class Decoded:
     """The newest registry version the requests were routed with (0: no request)."""
     subscriptions: frozenset[str]
     """The requests' and pairs' subscriptions."""
-    bad: int
+
+    @property
+    def bad(self) -> int:
+        """Work records that broke the contract, each quarantined."""
+        return self.work.counts.quarantined.get(BAD_RECORD, 0)
 
 
 def decode(records: Sequence[Message], quarantine_topic: str) -> Decoded:
@@ -157,8 +161,7 @@ def decode(records: Sequence[Message], quarantine_topic: str) -> Decoded:
             todo.requests.append(WorkRequest(Kind.SINGLE, headers[work.SUBSCRIPTION],
                                              headers[work.ENDPOINT], (headers[work.EVENT],), value,
                                              headers[work.SOURCE]))
-    bad = len(todo.records)
-    return Decoded(todo, pairs, max(map(int, versions), default=0), frozenset(subscriptions), bad)
+    return Decoded(todo, pairs, max(map(int, versions), default=0), frozenset(subscriptions))
 
 
 def batch_requests(ready: Sequence[ReadyBatch]) -> list[WorkRequest]:
