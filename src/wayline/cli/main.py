@@ -154,6 +154,17 @@ def run_inspect() -> None:
     _watch_inspect(Settings())
 
 
+def _start_intake(sending: ExitStack, settings: Settings) -> None:
+    """The intake processes, where ``settings`` have the intake on."""
+    if settings.delivery.intake != "on":
+        return
+    from wayline.delivery.runtime.intake import running_intake
+
+    pids = sending.enter_context(running_intake(settings))
+    console.print(f"intake processes {', '.join(map(str, pids))} copy the source topics onto "
+                  f"{settings.delivery.intake_topic}")
+
+
 READING_TIMEOUT_S = 120.0
 """How long `wayline run delivery` waits for the matching query to read before it starts the
 rest (the retry drain, the self-audit, the demo's producer) anyway."""
@@ -185,22 +196,25 @@ def _watch_delivery(settings: Settings, receiver: Receiver | None = None,
     with (compose.metrics_served(Collectors(metrics, progress), settings.delivery.metrics_host,
                                  settings.delivery.metrics_port, "WAYLINE_DELIVERY__METRICS_PORT") as server,
           job_log(job_log_file(settings, "delivery")),
-          compose.wired(settings, console.status("starting Spark…")) as wiring,
           ExitStack() as sending):
-        job = compose.matching_job(wiring, metrics) if senders else compose.delivery_job(wiring, metrics)
         if senders:
-            from wayline.delivery.runtime.intake import running_intake
+            # Started before Spark: their imports, group joins and the intake's first copies
+            # then overlap the JVM's start and the query's first plan, where they waited
+            # for both (docs/decisions.md, "The runtime processes start before Spark").
             from wayline.delivery.runtime.senders import running_senders
 
-            decided = job.settings.delivery
-            if decided.intake == "on":
-                pids = sending.enter_context(running_intake(job.settings))
-                console.print(f"intake processes {', '.join(map(str, pids))} copy the source topics onto "
-                              f"{decided.intake_topic}; the matching query reads it ({decided.matching_trigger})")
-            else:
-                console.print(f"the matching query reads the source topics ({decided.matching_trigger})")
+            _start_intake(sending, settings)
             pids = sending.enter_context(running_senders(settings))
             console.print(f"sender processes {', '.join(map(str, pids))} send from {settings.delivery.work_topic}")
+        wiring = sending.enter_context(compose.wired(settings, console.status("starting Spark…")))
+        job = compose.matching_job(wiring, metrics) if senders else compose.delivery_job(wiring, metrics)
+        if senders:
+            if settings.delivery.intake == "auto":
+                # Decided by the job on a cluster master, from the cores it got.
+                _start_intake(sending, job.settings)
+            console.print("the matching query reads " + ("the intake topic" if job.settings.delivery.intake == "on"
+                                                          else "the source topics")
+                          + f" ({job.settings.delivery.matching_trigger})")
         progress.watch(lambda: job.queries)
         console.print(f"delivering; metrics at {server.where}; Ctrl-C stops")
 
