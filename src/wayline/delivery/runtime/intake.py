@@ -19,9 +19,11 @@ to ``delivery.intake_topic`` (:func:`intake_partitions` partitions):
 - keyed as it was, so one key's records stay in order on one intake partition; a record
   without a key goes to the partition its origin partition hashes to, which keeps its
   origin partition's order;
-- at-least-once: a batch is consumed, produced, flushed and only then are its offsets
-  committed; a crash copies again what it had not committed, and the copies' duplicates
-  are skipped downstream like any replay (the delivery log knows each webhook id sent).
+- at-least-once: a batch is consumed, produced and flushed, and only then are its offsets
+  committed, at most every :data:`COMMIT_INTERVAL_S` (and when partitions leave the
+  process or it stops); a crash copies again what it had not committed, and the copies'
+  duplicates are skipped downstream like any replay (the delivery log knows each webhook
+  id sent).
 
 Nothing here loads Spark.
 """
@@ -31,6 +33,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 import zlib
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
@@ -56,6 +59,11 @@ MAX_BATCH = 10_000
 """Records copied per flush and commit at most: the flush's round trip is shared by all."""
 SESSION_TIMEOUT_MS = 10_000
 """A process that died (kill -9) keeps its partitions this long before the group moves them."""
+COMMIT_INTERVAL_S = 1.0
+"""How often copied offsets are committed at most. A commit per batch over 500 source
+partitions was a write to the group's offsets for nearly every partition dozens of times a
+second, on the broker every other hop of the path waits on; a crash copies again at most
+this much more (docs/benchmarks.md, "The intake's commits, once a second")."""
 METADATA_REFRESH_MS = 5_000
 """A topic created later is found, and copied from its start, within this long."""
 FAILED_COPY_PAUSE_S = 1.0
@@ -118,13 +126,17 @@ class Intake:
         # value is quarantined as oversize either way, by reference to the original.
         self._max_value = settings.kafka.quarantine_max_bytes
         self._keyless: dict[tuple[str, int], int] = {}
-        self._consumer.subscribe([delivered_topic_pattern(settings)])
+        self._copied: dict[tuple[str, int], int] = {}
+        """Per partition, the offset after the last record copied and acknowledged, not yet committed."""
+        self._committed_at = time.monotonic()
+        self._consumer.subscribe([delivered_topic_pattern(settings)], on_revoke=self._revoked, on_lost=self._lost)
 
     def run(self, stop: threading.Event) -> None:
         """Copy until ``stop`` is set; the batch in progress is then finished and committed."""
         while not stop.is_set():
             first = self._consumer.poll(FIRST_WAIT_S)
             if first is None:
+                self._commit_due()
                 continue
             records = [first, *self._consumer.consume(MAX_BATCH - 1, 0)]
             try:
@@ -136,7 +148,7 @@ class Intake:
                 stop.wait(FAILED_COPY_PAUSE_S)
 
     def copy(self, records: Sequence[Message]) -> None:
-        """Produce ``records``' copies, wait until Kafka acknowledged every one, then commit."""
+        """Produce ``records``' copies and wait until Kafka acknowledged every one; commit when due."""
         copies: list[KafkaRecord] = []
         ends: dict[tuple[str, int], int] = {}
         for record in records:
@@ -156,7 +168,8 @@ class Intake:
             ))
             ends[(topic, partition)] = offset + 1
         produce_all(self._producer, copies)
-        self._commit(ends)
+        self._copied.update(ends)
+        self._commit_due()
 
     def _keyless_partition(self, topic: str, partition: int) -> int:
         origin = (topic, partition)
@@ -165,23 +178,40 @@ class Intake:
             found = self._keyless[origin] = zlib.crc32(f"{topic}/{partition}".encode()) % self._partitions
         return found
 
-    def _commit(self, ends: dict[tuple[str, int], int]) -> None:
+    def _commit_due(self) -> None:
+        if self._copied and time.monotonic() - self._committed_at >= COMMIT_INTERVAL_S:
+            self._commit(set(self._copied))
+
+    def _commit(self, partitions: set[tuple[str, int]]) -> None:
+        """Commit what is copied of ``partitions``."""
         # A partition revoked while its records were fetched is its next owner's: it copies
         # them again from the last commit.
         assigned = {(p.topic, p.partition) for p in self._consumer.assignment()}
-        offsets = [TopicPartition(topic, partition, end) for (topic, partition), end in ends.items()
-                   if (topic, partition) in assigned]
+        offsets = [TopicPartition(topic, partition, self._copied.pop((topic, partition)))
+                   for topic, partition in partitions & self._copied.keys() if (topic, partition) in assigned]
+        self._committed_at = time.monotonic()
         if not offsets:
             return
         try:
             self._consumer.commit(offsets=offsets, asynchronous=False)
         except KafkaException as exc:
-            # The copies are made: the next commit covers them, or a restart copies them again.
+            # The copies are made: a restart or the partition's next owner copies them again.
             _log.warning("could not commit the source topics' offsets: %s", exc)
 
+    def _revoked(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """Commit what is copied of the partitions leaving this process (called inside poll,
+        between copies: everything copied is acknowledged)."""
+        self._commit({(p.topic, p.partition) for p in partitions})
+        self._lost(_consumer, partitions)
+
+    def _lost(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        for p in partitions:
+            self._copied.pop((p.topic, p.partition), None)
+
     def close(self) -> None:
-        """Leave the group (its partitions move at once); everything copied was committed."""
+        """Commit what is copied and leave the group (its partitions move at once)."""
         try:
+            self._commit(set(self._copied))
             self._consumer.close()
         finally:
             self._producer.flush(10)
@@ -203,7 +233,7 @@ def running_intake(settings: Settings) -> AbstractContextManager[list[int]]:
 
 
 __all__ = [
-    "FAILED_COPY_PAUSE_S", "FIRST_WAIT_S", "INTAKE_COMMAND", "MAX_BATCH", "METADATA_REFRESH_MS", "ORIGIN_HEADERS",
+    "COMMIT_INTERVAL_S", "FAILED_COPY_PAUSE_S", "FIRST_WAIT_S", "INTAKE_COMMAND", "MAX_BATCH", "METADATA_REFRESH_MS", "ORIGIN_HEADERS",
     "ORIGIN_OFFSET", "ORIGIN_PARTITION", "ORIGIN_TOPIC", "SESSION_TIMEOUT_MS", "Intake", "ensure_intake_topic",
     "intake_partitions", "run_intake", "running_intake", "uses_intake",
 ]
