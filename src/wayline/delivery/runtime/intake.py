@@ -44,7 +44,12 @@ from wayline.core.errors import RetryLater
 from wayline.core.kafka import KafkaRecord, ensure_topics, produce_all
 from wayline.core.settings import Settings
 from wayline.core.topics import delivered_topic_pattern
-from wayline.delivery.runtime.processes import running_processes, runtime_command, seek_to_committed
+from wayline.delivery.runtime.processes import (
+    COMMIT_INTERVAL_S,
+    running_processes,
+    runtime_command,
+    seek_to_committed,
+)
 
 _log = logging.getLogger(__name__)
 
@@ -59,11 +64,6 @@ MAX_BATCH = 10_000
 """Records copied per flush and commit at most: the flush's round trip is shared by all."""
 SESSION_TIMEOUT_MS = 10_000
 """A process that died (kill -9) keeps its partitions this long before the group moves them."""
-COMMIT_INTERVAL_S = 1.0
-"""How often copied offsets are committed at most. A commit per batch over 500 source
-partitions was a write to the group's offsets for nearly every partition dozens of times a
-second, on the broker every other hop of the path waits on; a crash copies again at most
-this much more (docs/benchmarks.md, "The intake's commits, once a second")."""
 METADATA_REFRESH_MS = 5_000
 """A topic created later is found, and copied from its start, within this long."""
 FAILED_COPY_PAUSE_S = 1.0
@@ -233,7 +233,7 @@ def running_intake(settings: Settings) -> AbstractContextManager[list[int]]:
 
 
 __all__ = [
-    "COMMIT_INTERVAL_S", "FAILED_COPY_PAUSE_S", "FIRST_WAIT_S", "INTAKE_COMMAND", "MAX_BATCH", "METADATA_REFRESH_MS", "ORIGIN_HEADERS",
+    "FAILED_COPY_PAUSE_S", "FIRST_WAIT_S", "INTAKE_COMMAND", "MAX_BATCH", "METADATA_REFRESH_MS", "ORIGIN_HEADERS",
     "ORIGIN_OFFSET", "ORIGIN_PARTITION", "ORIGIN_TOPIC", "SESSION_TIMEOUT_MS", "Intake", "ensure_intake_topic",
     "intake_partitions", "run_intake", "running_intake", "uses_intake",
 ]

@@ -17,6 +17,15 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPar
 
 _log = logging.getLogger(__name__)
 
+COMMIT_INTERVAL_S = 1.0
+"""How often an intake or sender process commits its consumed offsets at most (and when
+partitions leave it, and when it stops). A commit per batch was a write to the group's
+offsets dozens of times a second, for nearly every one of 500 source partitions in the
+intake's case, on the broker every hop of the path waits on. What was done but not
+committed is read again after a crash: copied again by the intake, skipped by the sender
+processes' ``settled`` check where its outcome was recorded (docs/benchmarks.md,
+"Commits once a second")."""
+
 STOP_GRACE_S = 30.0
 """How long :func:`running_processes` lets a process finish what it does before killing it."""
 

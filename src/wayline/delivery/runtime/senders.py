@@ -23,8 +23,10 @@ only what must move). Its loop:
    (:func:`~wayline.delivery.runtime.send_step.send_work`): the same stage, dispatcher,
    deadline, straggler cut, delivery log, retry store and self-audit outcomes, with
    targets from the process's own registry snapshot;
-5. **commit** offsets, synchronously, only once the outcomes are recorded, and never past
-   a pair an open batch still holds: a crash resends at most what was consumed but not
+5. **commit** offsets, synchronously, only once the outcomes are recorded, never past a
+   pair an open batch still holds, and at most every
+   :data:`~wayline.delivery.runtime.processes.COMMIT_INTERVAL_S` (and when partitions
+   leave the process or it stops): a crash resends at most what was consumed but not
    committed, gathers the open batches' pairs again, and the stage's ``settled`` check
    skips every request whose outcome was recorded (at-least-once, the same webhook id on
    every attempt).
@@ -39,6 +41,7 @@ import gc
 import logging
 import os
 import threading
+import time
 from collections.abc import Collection, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
@@ -63,7 +66,12 @@ from wayline.delivery.holder import Polled, SnapshotHolder
 from wayline.delivery.metrics import DeliveryMetrics
 from wayline.delivery.open_batches import HeldPair, OpenBatches, Partition, ReadyBatch
 from wayline.delivery.outcomes import Outcome
-from wayline.delivery.runtime.processes import running_processes, runtime_command, seek_to_committed
+from wayline.delivery.runtime.processes import (
+    COMMIT_INTERVAL_S,
+    running_processes,
+    runtime_command,
+    seek_to_committed,
+)
 from wayline.delivery.runtime.registry_changes import disable_gone
 from wayline.delivery.runtime.send_step import Work, WorkRequest, send_work
 from wayline.delivery.runtime.worker import WorkerPool
@@ -226,6 +234,7 @@ class Sender:
         self._consumed: dict[Partition, int] = {}
         """Per partition, the offset after the last record taken (sent, or gathered in an open batch)."""
         self._committed: dict[Partition, int] = {}
+        self._committed_at = time.monotonic()
         self._consumer = Consumer({
             "bootstrap.servers": settings.kafka_bootstrap(),
             "group.id": delivery.sender_group,
@@ -283,6 +292,7 @@ class Sender:
             snapshot = self._holder.current()
         ready = self._open.add(decoded.pairs, now) + self._open.due(now)
         if not records and not ready:
+            self._commit_due()
             return
         subscriptions = decoded.subscriptions | {r.batch.key.subscription_id for r in ready}
         # The ready batches go in the same stage as the poll's requests.
@@ -308,7 +318,7 @@ class Sender:
             partition = (record.topic(), record.partition())
             if partition in assigned:
                 self._consumed[partition] = max(self._consumed.get(partition, 0), record.offset() + 1)
-        self._commit(self._consumed)
+        self._commit_due()
 
     @staticmethod
     def _gone(version: int, subscriptions: frozenset[str], snapshot: SenderSnapshot) -> Collection[str]:
@@ -320,8 +330,13 @@ class Sender:
             return frozenset()
         return subscriptions - snapshot.subscriptions
 
+    def _commit_due(self) -> None:
+        if time.monotonic() - self._committed_at >= COMMIT_INTERVAL_S:
+            self._commit(self._consumed)
+
     def _commit(self, partitions: Collection[Partition]) -> None:
         """Commit ``partitions`` as far as their work is recorded and no open batch holds them back."""
+        self._committed_at = time.monotonic()
         positions = {p: self._open.commit_position(p, self._consumed[p]) for p in partitions if p in self._consumed}
         offsets = [TopicPartition(topic, partition, offset) for (topic, partition), offset in positions.items()
                    if self._committed.get((topic, partition)) != offset]
