@@ -36,9 +36,9 @@ class FilterOutputs:
     """Every filter's output as Kafka records (topic, rule, key, value), in the JVM: the
     Columns made once for a rule set, applied to each micro-batch's events.
 
-    Made per micro-batch, the Columns of 70 filters were some thousand py4j calls, about
-    three seconds of every micro-batch at the 100-rule mix (docs/benchmarks.md, issue 27,
-    2026-11-28); a Column is an unresolved expression that any frame with the events'
+    Made per micro-batch, the Columns of 70 filters were some thousand py4j calls, the
+    largest item of a steady micro-batch at the 100-rule mix (docs/benchmarks.md, "Fixed
+    costs out of the micro-batch", 2026-11-28); a Column is an unresolved expression that any frame with the events'
     columns can take.
 
     One projection per dozen filters, unioned: not one plan per filter, since a union of 70
@@ -46,9 +46,8 @@ class FilterOutputs:
     """
 
     def __init__(self, rules: Sequence[ActiveRule]) -> None:
-        self.rules = tuple(rules)
-        self._chunks = [_chunk(self.rules[start:start + FILTERS_PER_PROJECTION])
-                        for start in range(0, len(self.rules), FILTERS_PER_PROJECTION)]
+        self._chunks = [_chunk(rules[start:start + FILTERS_PER_PROJECTION])
+                        for start in range(0, len(rules), FILTERS_PER_PROJECTION)]
 
     def of(self, events: DataFrame) -> DataFrame:
         outputs = []
