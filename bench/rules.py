@@ -128,11 +128,19 @@ def run_once(spark, settings: Settings, database: Database, events: int, checkpo
             "rocksdb_bytes": sum(c.get("rocksdbTotalSizeOfL0Files", 0) + c.get("rocksdbSstFileSize", 0) for c in custom),
             "state_by_operator": [(o.get("operatorName"), o.get("numRowsTotal", 0), o.get("memoryUsedBytes", 0))
                                   for o in operators],
+            # Each stateful operator's time in each busy batch (summed over its tasks): its rows
+            # in, its state updates and removals, and the state store's commit.
+            "operator_ms": [[(o.get("operatorName"), o.get("numRowsUpdated", 0), o.get("allUpdatesTimeMs", 0),
+                              o.get("allRemovalsTimeMs", 0), o.get("commitTimeMs", 0)) for o in p.get("stateOperators") or []]
+                            for p in busy],
             "kafka_scans": plan.getvalue().count("MicroBatchScan"),
             "reused_exchanges": plan.getvalue().count("ReusedExchange"),
             "plan": plan.getvalue(),
             "compilations": compilations(spark) - compiled_before,
             "matches": sum(c.matches for c in job.counters.rules.values()),
+            # The stateful rules' own evaluation in the Python workers, over the run: the rest of
+            # the Python operator's time is Arrow, the state calls and the state's pickling.
+            "engine_s": sum(c.micros for c in job.counters.rules.values()) / 1e6,
             "quarantined": sum(c.quarantined for c in job.counters.rules.values()),
         }
     finally:
@@ -188,6 +196,34 @@ def _stages(spark) -> list[dict]:
 
 def stage_ids(spark) -> set[int]:
     return {stage["stageId"] for stage in _stages(spark)}
+
+
+def _jobs(spark) -> list[dict]:
+    app = spark.sparkContext.applicationId
+    with urllib.request.urlopen(f"{spark.sparkContext.uiWebUrl}/api/v1/applications/{app}/jobs") as r:
+        return json.load(r)
+
+
+def job_ids(spark) -> set[int]:
+    return {job["jobId"] for job in _jobs(spark)}
+
+
+def _ui_time(text: str) -> float:
+    return datetime.strptime(text.replace("GMT", "+0000"), "%Y-%m-%dT%H:%M:%S.%f%z").timestamp()
+
+
+def print_jobs(spark, seen: set[int]) -> None:
+    """The last run's Spark jobs in order: each one's wall time, and the driver's time before
+    it since the previous job ended (planning, py4j, foreachBatch's own Python)."""
+    jobs = sorted((job for job in _jobs(spark) if job["jobId"] not in seen and "completionTime" in job),
+                  key=lambda job: job["jobId"])
+    last_end = None
+    for job in jobs[-12:]:
+        start, end = _ui_time(job["submissionTime"]), _ui_time(job["completionTime"])
+        gap = f"{start - last_end:6.2f} s" if last_end is not None else "     - "
+        print(f"      job {job['jobId']:4}: driver before it {gap}  wall {end - start:6.2f} s  "
+              f"{job['name'].split(' at ')[0]}", flush=True)
+        last_end = end
 
 
 def print_stages(spark, seen: set[int], runs: int) -> None:
@@ -297,6 +333,7 @@ def main() -> None:
             sqls = CONFIGS[name]
             deploy(database, sqls, settings)
             seen = stage_ids(spark) if args.stages else set()
+            seen_jobs = job_ids(spark) if args.stages else set()
             # A fresh checkpoint directory per run: a stopped query's thread may still write
             # into its own for a moment, and a reused path then fails the next run's batch 0.
             runs = [run_once(spark, settings, database, args.events, state_dir / f"ckpt-{len(results)}-{run}")
@@ -317,9 +354,15 @@ def main() -> None:
                   f"{results[name]['median_warm_rate'] or 0:,.0f} events/s  runs {', '.join(f'{r:,.0f}' for r in warm_rates)}",
                   flush=True)
             if args.stages:
-                for rows, ms in runs[-1]["batch_ms"]:
+                print(f"{'':>24}the stateful rules' own evaluation over the run: {runs[-1]['engine_s']:.2f} s",
+                      flush=True)
+                for (rows, ms), operators in zip(runs[-1]["batch_ms"], runs[-1]["operator_ms"], strict=True):
                     print(f"{'':>24}{rows:7} rows: {ms}", flush=True)
+                    for name, updated, updates_ms, removals_ms, commit_ms in operators:
+                        print(f"{'':>32}{name}: {updated} rows updated, updates {updates_ms} ms, removals "
+                              f"{removals_ms} ms, commit {commit_ms} ms", flush=True)
                 print_stages(spark, seen, args.runs)
+                print_jobs(spark, seen_jobs)
         spark.stop()
         if args.flink:
             compared = [name for name in results if name in MIXES]

@@ -21,14 +21,19 @@ moves (``wayline.pipelines.joins``); one that fails is quarantined like any rule
 Isolation: the processor reports a rule that failed (``wayline.rules.engine``); the driver
 quarantines it in the registry and drops its output for the micro-batch. A filter reads
 ``data.*`` with ``try_variant_get`` (a value that does not convert is NULL), but its SQL
-can still fail in the JVM (ANSI mode raises on a division by zero): then the combined
-write of the filters fails, each filter is run alone, and the failing ones are quarantined.
+can still fail in the JVM (ANSI mode raises on a division by zero): then the micro-batch's
+first job fails before anything is written, its reports are taken again without the
+filters, each filter is run alone, and the failing ones are quarantined.
+
+A micro-batch is two Spark jobs: one computes the batch, the filters' outputs and every
+count the driver needs; the second writes the outputs to Kafka.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from functools import reduce
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +47,7 @@ from wayline.pipelines.job import RestartingQuery
 from wayline.pipelines.joins import JoinQueries
 from wayline.pipelines.micro_batch import concise_failures, interrupted
 from wayline.pipelines.rule_sets import load_rule_set, rules_version
-from wayline.pipelines.rules_filters import filters_output
+from wayline.pipelines.rules_filters import FilterOutputs, filters_output
 from wayline.pipelines.rules_plan import SINGLE_WATERMARK, rules_stream
 from wayline.pipelines.source import write_to_kafka
 from wayline.registry import rule as rule_service
@@ -55,6 +60,7 @@ from wayline.rules.ruleset import RuleSet
 log = logging.getLogger(__name__)
 
 COUNT = "count"  # the micro-batch's number of events, computed in the driver's first job
+OUTPUTS = "outputs"  # a rule's number of output records in the micro-batch, in the same job
 
 
 class RulesJob:
@@ -72,6 +78,7 @@ class RulesJob:
         self._control = control
         self.counters = JobCounters()
         self._rules = load_rule_set(database)
+        self._filter_outputs = FilterOutputs(self._rules.filters)
         self._checked_at = time.monotonic()
         self._running = RestartingQuery("rules", self._start_query, self.counters.restarted)
         self._joins = JoinQueries(spark, settings, database, checkpoint.with_name(checkpoint.name + "-joins"))
@@ -151,76 +158,63 @@ class RulesJob:
         self._poll()
         rules = self._rules
         by_key = rules.by_state_key()
+        filters = rules.filters
         batch = batch.persist()
+        combined: DataFrame | None = None
+        separate: dict[str, tuple[int, DataFrame]] = {}  # the filters run one by one, if they were
+        failed: dict[str, str] = {}
         try:
             events = batch.where(F.col("out_kind") == F.lit(EVENT)).select(*EVENT_COLUMNS)
-            # The events' count rides on the same job as the processor's reports: one Spark
-            # job fewer per micro-batch.
-            counted = batch.where(F.col("out_kind") == F.lit(EVENT)).agg(
-                F.lit(COUNT).alias("out_kind"), F.lit(None).cast("string").alias("out_rule"),
-                F.lit(None).cast("string").alias("out_value"), F.count(F.lit(1)).alias("out_count"))
-            small = batch.where(F.col("out_kind").isin(FAILURE, METRICS)).select(
-                "out_kind", "out_rule", "out_value", "out_count").unionByName(counted).collect()
-            count = next(row.out_count for row in small if row.out_kind == COUNT)
-            failed = {row.out_rule: row.out_value for row in small if row.out_kind == FAILURE}
-            emitted = batch.where(F.col("out_kind") == F.lit(EMIT))
-            # Window rules removed since the query started still close their windows in it.
-            dropped = set(failed) | (self._query_windows - by_key.keys())
-            if dropped:
-                emitted = emitted.where(~F.col("out_rule").isin(sorted(dropped)))
-            outputs: list[DataFrame] = [emitted.select(
+            emitted = batch.where(F.col("out_kind") == F.lit(EMIT)).select(
                 F.col("out_topic").alias("topic"), F.col("out_rule").alias("rule"),
-                F.col("out_key").cast("binary").alias("key"), F.col("out_value").cast("binary").alias("value"),
-            )]
-            filters = rules.filters
-            if filters:
-                outputs.append(filters_output(events, filters))
-            per_rule = self._write(outputs, events, filters, failed)
-            self.counters.account(count, per_rule, [Report(*row) for row in small], failed, by_key)
-        finally:
-            batch.unpersist()
-        self._quarantine(failed, by_key)
-
-    def _write(self, outputs: list[DataFrame], events: DataFrame, filters: list[ActiveRule],
-               failed: dict[str, str]) -> dict[str, int]:
-        if not outputs:
-            return {}
-        combined = outputs[0]
-        for frame in outputs[1:]:
-            combined = combined.unionByName(frame)
-        combined = combined.persist()
-        try:
+                F.col("out_key").cast("binary").alias("key"), F.col("out_value").cast("binary").alias("value"))
+            combined = _persisted([emitted, self._filter_outputs.of(events)] if filters else [emitted],
+                                  self._settings.spark.shuffle_partitions)
             try:
-                per_rule = {row.rule: row["count"] for row in combined.groupBy("rule").count().collect()}
+                small = _reports(batch, combined).collect()
             except Exception as exc:  # noqa: BLE001 - find the filter that broke it, run the rest
-                if interrupted(exc):
+                if interrupted(exc) or not filters:
                     raise
                 log.warning("the filters' combined output failed (%s); running them one by one", exc)
                 combined.unpersist()
-                return self._write_one_by_one(outputs[:1], events, filters, failed)
-            write_to_kafka(combined.select("topic", "key", "value"), self._settings)
-            return per_rule
+                combined = _persisted([emitted], self._settings.spark.shuffle_partitions)
+                small = _reports(batch, combined).collect()
+                separate = self._filters_one_by_one(events, filters, failed)
+            count = next(row.out_count for row in small if row.out_kind == COUNT)
+            failed.update({row.out_rule: row.out_value for row in small if row.out_kind == FAILURE})
+            # Window rules removed since the query started still close their windows in it.
+            dropped = set(failed) | (self._query_windows - by_key.keys())
+            per_rule = {row.out_rule: row.out_count for row in small
+                        if row.out_kind == OUTPUTS and row.out_rule not in dropped}
+            per_rule.update({state_key: outputs for state_key, (outputs, _) in separate.items()})
+            kept = combined.where(~F.col("rule").isin(sorted(dropped))) if dropped else combined
+            for frame in (kept, *(frame for _, frame in separate.values())):
+                write_to_kafka(frame.select("topic", "key", "value"), self._settings)
+            self.counters.account(count, per_rule, [Report(*row) for row in small if row.out_kind != OUTPUTS],
+                                  failed, by_key)
         finally:
-            combined.unpersist()
+            for frame in (combined, *(frame for _, frame in separate.values())):
+                if frame is not None:
+                    frame.unpersist()
+            batch.unpersist()
+        self._quarantine(failed, by_key)
 
-    def _write_one_by_one(self, stateful: list[DataFrame], events: DataFrame, filters: list[ActiveRule],
-                          failed: dict[str, str]) -> dict[str, int]:
-        per_rule: dict[str, int] = {}
-        good = list(stateful)
+    @staticmethod
+    def _filters_one_by_one(events: DataFrame, filters: list[ActiveRule],
+                            failed: dict[str, str]) -> dict[str, tuple[int, DataFrame]]:
+        """Each filter's count of outputs and its output alone, persisted, for those that
+        compute; the others go in ``failed``."""
+        good = {}
         for rule in filters:
             frame = filters_output(events, [rule]).persist()
             try:
-                per_rule[rule.state_key] = frame.count()
-                good.append(frame)
+                good[rule.state_key] = (frame.count(), frame)
             except Exception as exc:  # noqa: BLE001 - this rule is quarantined, the others go on
                 frame.unpersist()
                 if interrupted(exc):
                     raise
                 failed[rule.state_key] = f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
-        for frame in good:
-            write_to_kafka(frame.select("topic", "key", "value"), self._settings)
-            frame.unpersist()
-        return per_rule
+        return good
 
     def _quarantine(self, failed: dict[str, str], by_key: dict[str, ActiveRule]) -> None:
         if not failed:
@@ -248,6 +242,7 @@ class RulesJob:
         if rules_version(self._database) == self._rules.version:
             return
         self._rules = load_rule_set(self._database)
+        self._filter_outputs = FilterOutputs(self._rules.filters)
         self.counters.reloaded()
         ensure_topics(self._settings.kafka_bootstrap(), {r.output_topic for r in self._rules.rules},
                       self._settings.rules.output_partitions)
@@ -257,6 +252,32 @@ class RulesJob:
             # A new partition key needs a new branch of the plan, a new or changed window
             # rule its place in the aggregation: restart on the checkpoint.
             self._running.restart()
+
+
+def _persisted(outputs: list[DataFrame], partitions: int) -> DataFrame:
+    """The outputs as one frame, persisted: counted by the first job, written by the second.
+
+    The union has a partition per partition of the batch and per filter projection (12 at
+    10 rules, 42 at 100), nearly all of them empty or a few rows: as many tasks in each job
+    over it, each a fixed cost (docs/benchmarks.md, issue 27, 2026-11-28). A coalesce keeps
+    the work, not the tasks."""
+    return reduce(DataFrame.unionByName, outputs).coalesce(partitions).persist()
+
+
+def _reports(batch: DataFrame, combined: DataFrame) -> DataFrame:
+    """One job's worth of small rows: the processor's failures and metrics, the events'
+    count and each rule's number of outputs. The stateful side and every filter run in it, so
+    a micro-batch is two Spark jobs (this, then the write), and a filter that fails does so
+    before anything is written."""
+    nothing = F.lit(None).cast("string")
+    counted = batch.where(F.col("out_kind") == F.lit(EVENT)).agg(
+        F.lit(COUNT).alias("out_kind"), nothing.alias("out_rule"), nothing.alias("out_value"),
+        F.count(F.lit(1)).alias("out_count"))
+    per_rule = combined.groupBy("rule").agg(
+        F.lit(OUTPUTS).alias("out_kind"), F.col("rule").alias("out_rule"), nothing.alias("out_value"),
+        F.count(F.lit(1)).alias("out_count")).drop("rule")
+    return batch.where(F.col("out_kind").isin(FAILURE, METRICS)).select(
+        "out_kind", "out_rule", "out_value", "out_count").unionByName(counted).unionByName(per_rule)
 
 
 __all__ = ["RulesJob"]
