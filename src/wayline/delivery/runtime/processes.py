@@ -72,4 +72,4 @@ def seek_to_committed(consumer: Consumer, what: str) -> None:
         _log.warning("could not rewind %s: %s", what, exc)
 
 
-__all__ = ["STOP_GRACE_S", "running_processes", "runtime_command", "seek_to_committed"]
+__all__ = ["COMMIT_INTERVAL_S", "STOP_GRACE_S", "running_processes", "runtime_command", "seek_to_committed"]
