@@ -188,10 +188,15 @@ def measure_restart(spark, settings: Settings, database: Database, events: int, 
         job.stop()
 
 
-def _stages(spark) -> list[dict]:
+def _ui(spark, what: str) -> list[dict]:
+    """The Spark UI's REST answer about this application's ``what``."""
     app = spark.sparkContext.applicationId
-    with urllib.request.urlopen(f"{spark.sparkContext.uiWebUrl}/api/v1/applications/{app}/stages?status=complete") as r:
+    with urllib.request.urlopen(f"{spark.sparkContext.uiWebUrl}/api/v1/applications/{app}/{what}") as r:
         return json.load(r)
+
+
+def _stages(spark) -> list[dict]:
+    return _ui(spark, "stages?status=complete")
 
 
 def stage_ids(spark) -> set[int]:
@@ -199,9 +204,7 @@ def stage_ids(spark) -> set[int]:
 
 
 def _jobs(spark) -> list[dict]:
-    app = spark.sparkContext.applicationId
-    with urllib.request.urlopen(f"{spark.sparkContext.uiWebUrl}/api/v1/applications/{app}/jobs") as r:
-        return json.load(r)
+    return _ui(spark, "jobs")
 
 
 def job_ids(spark) -> set[int]:
