@@ -20,6 +20,6 @@ def test_the_store_keeps_the_first_state_per_webhook_id_like_on_conflict_do_noth
     later = settle(pending("e-1"), Response(200, {}, b"", 0.0), now, chance)
     store.record([first])
     store.record([later, settle(pending("e-2"), Response(200, {}, b"", 0.0), now, chance)])
-    assert store.settled([webhook_id(first), webhook_id(later), "msg_other"]) == {webhook_id(first)}
+    assert store.screen([webhook_id(first), webhook_id(later), "msg_other"], (), ()).settled == {webhook_id(first)}
     assert store.states[webhook_id(first)] is first
     assert len(store.states) == 2

@@ -245,11 +245,11 @@ def test_the_store_writes_are_idempotent_and_settle_what_they_wrote(database, un
     ok, failing = single(unique, "e-1", "ep_1"), single(unique, "e-2", "ep_1")
     states = [settle(ok, Response(204, {}, b"", 0.01), now, random.Random(1)),
               settle(failing, Failure(FailureKind.TIMEOUT, "slow", 5.0), now, random.Random(1))]
-    assert store.settled([ok.webhook_id, failing.webhook_id]) == set()
+    assert store.screen([ok.webhook_id, failing.webhook_id], (), ()).settled == set()
     store.record(states)
     store.record(states)  # a replayed stage writes the same rows again
     store.record([])
-    assert store.settled([ok.webhook_id, failing.webhook_id, f"msg_{unique}"]) == {ok.webhook_id, failing.webhook_id}
+    assert store.screen([ok.webhook_id, failing.webhook_id, f"msg_{unique}"], (), ()).settled == {ok.webhook_id, failing.webhook_id}
     with database.transaction() as session:
         assert session.get(DeliveryLogEntry, ok.webhook_id).latency_ms == 10
         assert session.get(RetryEntry, failing.webhook_id).last_error == "timeout: slow"
@@ -329,7 +329,7 @@ def test_a_retry_after_pauses_the_whole_endpoint_on_every_path(database, unique:
         run_stage(first, targets, store, loopback_transport, StageSettings(deadline_s=5))
         assert len(recorder.requests) == 1, "the three others waited for the pause, in the same stage"
         # Another worker, another micro-batch: it knows of the pause only through the store.
-        assert set(store.blocked((), {endpoint}).throttled) == {endpoint}
+        assert set(store.screen((), (), {endpoint}).blocked.throttled) == {endpoint}
         second = [single(unique, f"pause-later-{n}", endpoint) for n in range(3)]
         run_stage(second, targets, store, loopback_transport, StageSettings(deadline_s=5))
         assert len(recorder.requests) == 1
@@ -401,14 +401,14 @@ def test_outcomes_are_recorded_while_the_stage_is_still_sending(database, unique
                                                          StageSettings(deadline_s=20)))
         stage.start()
         try:
-            wait_for(lambda: store.settled([p.webhook_id for p in fast]) == {p.webhook_id for p in fast},
+            wait_for(lambda: store.screen([p.webhook_id for p in fast], (), ()).settled == {p.webhook_id for p in fast},
                      "the answered deliveries to be recorded while one was in flight", 10, every_s=0.05)
             assert stage.is_alive(), "the stage ended first: its outcomes were recorded only at its end"
-            assert store.settled([pendings[-1].webhook_id]) == set()
+            assert store.screen([pendings[-1].webhook_id], (), ()).settled == set()
         finally:
             release.set()
             stage.join(30)
-    assert store.settled([pendings[-1].webhook_id]) == {pendings[-1].webhook_id}
+    assert store.screen([pendings[-1].webhook_id], (), ()).settled == {pendings[-1].webhook_id}
 
 
 # -- the same stage on the in-memory transport and store: no servers, no database --------------

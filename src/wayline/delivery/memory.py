@@ -9,7 +9,7 @@ from collections.abc import Collection, Sequence
 from datetime import datetime
 
 from wayline.delivery.attempt import Gone, State, Succeeded, WillRetry
-from wayline.delivery.stage import Blocked
+from wayline.delivery.stage import Blocked, Screening
 
 
 class MemoryStore:
@@ -23,12 +23,12 @@ class MemoryStore:
         self.throttled: dict[str, datetime] = {}
         """Endpoints paused until then; a test sets them."""
 
-    def settled(self, webhook_ids: Collection[str]) -> set[str]:
-        return {webhook_id for webhook_id in webhook_ids if webhook_id in self.states}
-
-    def blocked(self, subscription_ids: Collection[str], endpoint_ids: Collection[str]) -> Blocked:
-        return Blocked(frozenset(self.gone.intersection(subscription_ids)),
-                       {endpoint: until for endpoint, until in self.throttled.items() if endpoint in endpoint_ids})
+    def screen(self, webhook_ids: Collection[str], subscription_ids: Collection[str],
+               endpoint_ids: Collection[str]) -> Screening:
+        return Screening(
+            frozenset(webhook_id for webhook_id in webhook_ids if webhook_id in self.states),
+            Blocked(frozenset(self.gone.intersection(subscription_ids)),
+                    {endpoint: until for endpoint, until in self.throttled.items() if endpoint in endpoint_ids}))
 
     def record(self, states: Sequence[State]) -> None:
         for state in states:

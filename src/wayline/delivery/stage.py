@@ -65,16 +65,23 @@ class Blocked:
     """Endpoints that asked for a pause, and until when."""
 
 
+@dataclass(frozen=True, slots=True)
+class Screening:
+    """What a stage must not send, read before it sends anything."""
+
+    settled: frozenset[str]
+    """The webhook ids that need no sending: acknowledged, handed to the retry path, or dead."""
+    blocked: Blocked
+
+
 class DeliveryStore(Protocol):
     """What a delivery stage needs from storage; ``wayline.delivery.storage`` keeps it in PostgreSQL,
     and the retry path reads the same tables."""
 
-    def settled(self, webhook_ids: Collection[str]) -> set[str]:
-        """The ids among these that need no sending: acknowledged, handed to the retry path, or dead."""
-        ...
-
-    def blocked(self, subscription_ids: Collection[str], endpoint_ids: Collection[str]) -> Blocked:
-        """Which of these subscriptions are gone and which of these endpoints are throttled."""
+    def screen(self, webhook_ids: Collection[str], subscription_ids: Collection[str],
+               endpoint_ids: Collection[str]) -> Screening:
+        """Which of these ids are settled, which of these subscriptions are gone and which of
+        these endpoints are throttled: one read (a stage's fixed cost, paid at every fetch)."""
         ...
 
     def record(self, states: Sequence[State]) -> None:
@@ -156,10 +163,15 @@ def run_stage(
             tally.skipped(pending)
         else:
             unique[pending.webhook_id] = pending
-    settled = store.settled(unique.keys())
+    if not unique:
+        return tally
+    # The subscriptions and endpoints of the settled ones too: one read for all, before
+    # knowing which are settled.
+    screening = store.screen(unique.keys(), {p.subscription_id for p in unique.values()},
+                             {p.endpoint_id for p in unique.values()})
     fresh: list[Pending] = []
     for pending in unique.values():
-        if pending.webhook_id in settled:
+        if pending.webhook_id in screening.settled:
             tally.skipped(pending)
         else:
             fresh.append(pending)
@@ -170,7 +182,7 @@ def run_stage(
         store.record(states)
         on_settled(states)
 
-    blocked = store.blocked({p.subscription_id for p in fresh}, {p.endpoint_id for p in fresh})
+    blocked = screening.blocked
     slow = process_slow_endpoints()
     now = clock()
     todo: list[Pending] = []
@@ -321,6 +333,6 @@ async def _attempt(
 
 
 __all__ = [
-    "Blocked", "DeliveryStore", "Record", "Run", "SETTLE_BATCH", "SETTLE_EVERY_S", "StageSettings", "TransportFactory", "abandon",
+    "Blocked", "DeliveryStore", "Record", "Run", "SETTLE_BATCH", "SETTLE_EVERY_S", "Screening", "StageSettings", "TransportFactory", "abandon",
     "attempt_all", "run_stage", "utc_now",
 ]

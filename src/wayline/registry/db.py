@@ -19,11 +19,16 @@ from wayline.registry.snapshot import current_version
 MIGRATIONS = Path(__file__).with_name("migrations")
 
 
-def make_engine(dsn: str) -> Engine:
-    """An engine for the PostgreSQL at ``dsn`` (``Settings.postgres_dsn()``), with psycopg 3."""
+def make_engine(dsn: str, *, ping: bool = True) -> Engine:
+    """An engine for the PostgreSQL at ``dsn`` (``Settings.postgres_dsn()``), with psycopg 3.
+
+    ``ping``: test each connection as it leaves the pool, so that one the database dropped
+    is replaced rather than failing its first statement. A caller that retries a failed
+    call anyway (the delivery stages) saves the round trip: SQLAlchemy drops the whole pool
+    on the first disconnect it sees, so the retry connects anew."""
     if dsn.startswith("postgresql://"):
         dsn = "postgresql+psycopg://" + dsn.removeprefix("postgresql://")
-    engine = create_engine(dsn, pool_size=5, max_overflow=10, pool_pre_ping=True)
+    engine = create_engine(dsn, pool_size=5, max_overflow=10, pool_pre_ping=ping)
 
     @event.listens_for(engine, "connect")
     def _fast_json(dbapi_connection: Any, _record: Any) -> None:

@@ -163,7 +163,7 @@ def test_a_receiver_that_always_fails_is_dead_lettered_with_every_attempt(databa
     # Its endpoint is not in the registry, so no customer to tell: no operational event.
     assert dead_lettered_events([b for b in announced if b.endpoint_id == endpoint]) == []
     # The main path never sends a dead letter again.
-    assert store.settled([message.webhook_id]) == {message.webhook_id}
+    assert store.screen([message.webhook_id], (), ()).settled == {message.webhook_id}
 
 
 def test_retry_after_on_429_is_honoured(database, unique) -> None:

@@ -12,7 +12,13 @@ from sqlalchemy import select
 
 from wayline.delivery.attempt import Pending, Succeeded, WillRetry, settle
 from wayline.delivery.retry import HeldBack
-from wayline.delivery.storage.store import DeliveryLogEntry, PostgresDeliveryStore, attempt_row, event_type
+from wayline.delivery.storage.store import (
+    DeliveryLogEntry,
+    EndpointHealth,
+    PostgresDeliveryStore,
+    attempt_row,
+    event_type,
+)
 from wayline.delivery.transports.base import FailureKind, Response
 
 pytestmark = pytest.mark.integration
@@ -47,7 +53,7 @@ def test_a_batch_of_successes_is_logged_column_by_column_and_a_replay_changes_no
     # A replayed stage writes the same rows again, later and with other answers: the first stays.
     store.record([replace(s, at=at + timedelta(hours=1), response=Response(202, {}, b"", 9.0)) for s in states])
     assert logged(database, list(expected)) == expected
-    assert store.settled(list(expected)) == set(expected)
+    assert store.screen(list(expected), (), ()).settled == set(expected)
 
 
 def test_many_successes_are_logged_in_one_write(database, unique: str) -> None:
@@ -87,3 +93,25 @@ def test_every_logged_attempt_keeps_its_event_type(database, unique: str) -> Non
     held = settle(paid, HeldBack(FailureKind.CIRCUIT_OPEN, "circuit open"), at, rng)
     assert isinstance(failed, WillRetry) and isinstance(held, WillRetry)
     assert attempt_row(failed, at)["event_type"] == attempt_row(held, at)["event_type"] == "shop.order.paid"
+
+
+def test_one_screen_reads_what_is_settled_and_which_endpoints_are_paused(database, unique: str) -> None:
+    store = PostgresDeliveryStore(database.engine)
+    at = datetime.now(UTC)
+    rng = random.Random(1)
+    logged_one = pending(unique, "screen-ok", f"ep_{unique}_a")
+    retried = pending(unique, "screen-retry", f"ep_{unique}_a")
+    store.record([settle(logged_one, Response(200, {}, b"", 0.01), at, rng),
+                  settle(retried, Response(503, {}, b"", 0.01), at, rng)])
+    paused, resumed = f"ep_{unique}_paused", f"ep_{unique}_resumed"
+    with database.transaction() as session:
+        session.add_all([EndpointHealth(endpoint_id=paused, throttled_until=at + timedelta(minutes=5)),
+                         EndpointHealth(endpoint_id=resumed, throttled_until=at - timedelta(seconds=1))])
+    fresh = pending(unique, "screen-fresh", paused)
+    screening = store.screen([logged_one.webhook_id, retried.webhook_id, fresh.webhook_id],
+                             # Not a registry subscription: never gone.
+                             {f"sub_{unique}"}, {paused, resumed, f"ep_{unique}_a"})
+    assert screening.settled == {logged_one.webhook_id, retried.webhook_id}
+    assert screening.blocked.gone == frozenset()
+    assert set(screening.blocked.throttled) == {paused}
+    assert screening.blocked.throttled[paused] == at + timedelta(minutes=5)

@@ -43,9 +43,12 @@ MAX_RECORD_BYTES = 32 * 1024 * 1024 + 64 * 1024
 class WorkerPool:
     """One worker's long-lived transport (on its own event loop), database pool and producer."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, *, ping: bool = False) -> None:
+        """``ping``: test each database connection at checkout (see ``make_engine``). The
+        sender and retry processes do without: a stage checks out a connection two or three
+        times, and one that fails on a dropped connection is taken again whole."""
         self._runner = asyncio.Runner()
-        self._engine = make_engine(settings.postgres_dsn())
+        self._engine = make_engine(settings.postgres_dsn(), ping=ping)
         self.store = PostgresDeliveryStore(self._engine)
         self.queue = RetryQueue(self._engine)
         self._transport: AiohttpTransport | ReqwestTransport = transport_for(settings.registry.url_allow_list, settings.delivery.http_client)()
@@ -99,7 +102,8 @@ def worker_pool(settings: Settings) -> WorkerPool:
             for stale in _pools.values():
                 stale.close()
             _pools.clear()
-            pool = _pools[key] = WorkerPool(settings)
+            # A Spark task that fails fails its micro-batch: its connections are tested first.
+            pool = _pools[key] = WorkerPool(settings, ping=True)
         return pool
 
 

@@ -34,6 +34,7 @@ from sqlalchemy import (
     ARRAY,
     BigInteger,
     Boolean,
+    ColumnElement,
     Connection,
     DateTime,
     Engine,
@@ -44,10 +45,14 @@ from sqlalchemy import (
     SmallInteger,
     String,
     Text,
+    and_,
     any_,
     bindparam,
+    cast,
     exists,
     func,
+    literal,
+    null,
     or_,
     select,
     text,
@@ -60,7 +65,7 @@ from sqlalchemy.orm import Mapped, mapped_column
 from wayline.core.errors import RetryLater
 from wayline.delivery.attempt import DeadLettered, Gone, Pending, State, Succeeded, WillRetry
 from wayline.delivery.retry import HeldBack, retry_after
-from wayline.delivery.stage import Blocked
+from wayline.delivery.stage import Blocked, Screening
 from wayline.delivery.transports.base import Failure, FailureKind, Response, Result
 from wayline.registry.models import Base, Subscription
 
@@ -192,28 +197,28 @@ class PostgresDeliveryStore:
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
 
-    def settled(self, webhook_ids: Collection[str]) -> set[str]:
-        if not webhook_ids:
-            return set()
-        # One array parameter, not one per id: a stage may hold more ids than PostgreSQL takes parameters.
+    def screen(self, webhook_ids: Collection[str], subscription_ids: Collection[str],
+               endpoint_ids: Collection[str]) -> Screening:
+        # One statement: a stage pays this before every send, so one round trip and one
+        # connection checkout, not one per table. Array parameters, not one per id: a stage
+        # may hold more ids than PostgreSQL takes parameters.
         ids = bindparam("ids", list(webhook_ids), type_=ARRAY(String))
-        query = union_all(
-            select(DeliveryLogEntry.webhook_id).where(DeliveryLogEntry.webhook_id == any_(ids)),
-            select(RetryEntry.webhook_id).where(RetryEntry.webhook_id == any_(ids)),
-            select(DeadLetterEntry.webhook_id).where(DeadLetterEntry.webhook_id == any_(ids)),
-        )
+        no_time = cast(null(), DateTime(timezone=True))
+        query = union_all(*(
+            select(literal(_SETTLED), entry.webhook_id, no_time).where(entry.webhook_id == any_(ids))
+            for entry in (DeliveryLogEntry, RetryEntry, DeadLetterEntry)
+        ), select(literal(_GONE), Subscription.id, no_time).where(_gone(subscription_ids)),
+            select(literal(_THROTTLED), EndpointHealth.endpoint_id, EndpointHealth.throttled_until).where(
+                _throttled(endpoint_ids)))
         try:
             with self._engine.connect() as connection:
-                return set(connection.scalars(query))
+                rows = connection.execute(query).all()
         except OperationalError as exc:
             raise RetryLater(f"the delivery store is unreachable: {exc.orig}") from exc
-
-    def blocked(self, subscription_ids: Collection[str], endpoint_ids: Collection[str]) -> Blocked:
-        try:
-            with self._engine.connect() as connection:
-                return blocked(connection, subscription_ids, endpoint_ids)
-        except OperationalError as exc:
-            raise RetryLater(f"the delivery store is unreachable: {exc.orig}") from exc
+        return Screening(
+            frozenset(key for kind, key, _ in rows if kind == _SETTLED),
+            Blocked(frozenset(key for kind, key, _ in rows if kind == _GONE),
+                    {key: until for kind, key, until in rows if kind == _THROTTLED}))
 
     def record(self, states: Sequence[State]) -> None:
         succeeded = [s for s in states if isinstance(s, Succeeded)]
@@ -236,22 +241,31 @@ class PostgresDeliveryStore:
 
 
 def blocked(connection: Connection, subscription_ids: Collection[str], endpoint_ids: Collection[str]) -> Blocked:
-    """:meth:`DeliveryStore.blocked` on an open connection (the retry path shares it)."""
-    gone: set[str] = set()
-    if subscription_ids:
-        ids = bindparam("subscription_ids", list(subscription_ids), type_=ARRAY(String))
-        # Ids that are no subscription (the test events' pseudo-subscription) are never gone.
-        fresh_410 = exists().where(GoneSubscription.subscription_id == Subscription.id,
-                                   GoneSubscription.gone_at > Subscription.updated_at)
-        gone = set(connection.scalars(select(Subscription.id).where(
-            Subscription.id == any_(ids), or_(Subscription.enabled.is_(False), fresh_410))))
-    throttled: dict[str, datetime] = {}
-    if endpoint_ids:
-        ids = bindparam("endpoint_ids", list(endpoint_ids), type_=ARRAY(String))
-        throttled = {endpoint: until for endpoint, until in connection.execute(
-            select(EndpointHealth.endpoint_id, EndpointHealth.throttled_until).where(
-                EndpointHealth.endpoint_id == any_(ids), EndpointHealth.throttled_until > func.now()))}
+    """Which of these subscriptions are gone and which of these endpoints are throttled, on an
+    open connection (the retry path's check; a stage's is part of :meth:`PostgresDeliveryStore.screen`)."""
+    gone = set(connection.scalars(select(Subscription.id).where(_gone(subscription_ids)))) if subscription_ids else set()
+    throttled: dict[str, datetime] = dict(connection.execute(select(
+        EndpointHealth.endpoint_id, EndpointHealth.throttled_until).where(_throttled(endpoint_ids))).tuples().all()
+    ) if endpoint_ids else {}
     return Blocked(frozenset(gone), throttled)
+
+
+_SETTLED, _GONE, _THROTTLED = "settled", "gone", "throttled"
+
+
+def _gone(subscription_ids: Collection[str]) -> ColumnElement[bool]:
+    """Of these subscriptions, those disabled or whose endpoint answered 410 Gone since they last changed."""
+    ids = bindparam("subscription_ids", list(subscription_ids), type_=ARRAY(String))
+    # Ids that are no subscription (the test events' pseudo-subscription) are never gone.
+    fresh_410 = exists().where(GoneSubscription.subscription_id == Subscription.id,
+                               GoneSubscription.gone_at > Subscription.updated_at)
+    return and_(Subscription.id == any_(ids), or_(Subscription.enabled.is_(False), fresh_410))
+
+
+def _throttled(endpoint_ids: Collection[str]) -> ColumnElement[bool]:
+    """Of these endpoints, those paused (``Retry-After``) until a time still to come."""
+    ids = bindparam("endpoint_ids", list(endpoint_ids), type_=ARRAY(String))
+    return and_(EndpointHealth.endpoint_id == any_(ids), EndpointHealth.throttled_until > func.now())
 
 
 def mark_endpoints_and_subscriptions(connection: Connection, failed: Sequence[WillRetry | DeadLettered | Gone],
