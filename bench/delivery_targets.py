@@ -73,6 +73,7 @@ import orjson
 from confluent_kafka import Message
 
 from toolkit import cli
+from toolkit.processes import CpuTimeline
 from toolkit.results import RESULTS, markdown_table, record_results
 from toolkit.stack import LOOPBACK, fresh_stack
 from toolkit.stats import quantile
@@ -82,6 +83,7 @@ from toolkit.systems import (
     Bench,
     bench_session,
     fresh_topics,
+    intake_topic,
     rate_run,
     running,
     wait_for,
@@ -102,32 +104,52 @@ TIMELINE_S = 10
 start-up stall from a lasting lag (the two give the same p50 over a short phase)."""
 
 
-def matching_hops(bench: Bench, tag: str, since: float) -> list[tuple[float, float]]:
-    """The senders engine's first hop, for events sent from ``since``: each event's ``time``
-    and from it to its work record's Kafka timestamp (stamped as the matching query writes
-    it); the rest of the end-to-end latency is the sender processes'."""
+HOPS = ("source", "intake", "matching")
+"""Where an event's time goes before its sender (:func:`hops`), in the order it passes."""
+
+
+def hops(bench: Bench, system: str, prefix: str, tag: str, since: float) -> dict[str, list[tuple[float, float]]]:
+    """For events sent from ``since``: each event's ``time`` and from it to the Kafka
+    timestamp of its record in each topic it passes, per hop: ``source`` (its event topic,
+    appended by the broker: the load generator's and the broker's part, every system's),
+    and for Wayline ``intake`` (the intake topic, when the layout uses it) and
+    ``matching`` (the work topic, stamped as the matching query writes it). The rest of the
+    end-to-end latency is the sender processes'."""
     def hop(record: Message) -> tuple[float, float]:
         sent = datetime.fromisoformat(orjson.loads(record.value())["time"]).timestamp()
         return sent, record.timestamp()[1] / 1000 - sent
 
-    rows: list[tuple[float, float]] = []
-    read_topic(bench.settings.kafka_bootstrap(), work_topic(tag), hop, rows)
-    return [(sent, latency) for sent, latency in rows if sent >= since]
+    topics = {"source": loadgen.topics(prefix, layout=bench.layout)}
+    if system in ("senders", "wayline"):
+        topics |= {"intake": [intake_topic(tag)], "matching": [work_topic(tag)]}
+    found: dict[str, list[tuple[float, float]]] = {}
+    for name, names in topics.items():
+        rows: list[tuple[float, float]] = []
+        read_topic(bench.settings.kafka_bootstrap(), names, hop, rows)
+        if rows:
+            found[name] = [(sent, latency) for sent, latency in rows if sent >= since]
+    return found
 
 
-def hop_figures(hops: list[tuple[float, float]]) -> dict[str, float | None]:
-    latencies = sorted(latency for _, latency in hops)
-    return {"matching_p50_s": quantile(latencies, 0.5), "matching_p99_s": quantile(latencies, 0.99)}
+def hop_figures(found: dict[str, list[tuple[float, float]]]) -> dict[str, float | None]:
+    figures: dict[str, float | None] = {}
+    for name, rows in found.items():
+        latencies = sorted(latency for _, latency in rows)
+        figures |= {f"{name}_p50_s": quantile(latencies, 0.5), f"{name}_p99_s": quantile(latencies, 0.99)}
+    return figures
 
 
-def timeline(arrivals: Arrivals, hops: list[tuple[float, float]], began: float, ended: float) -> list[dict[str, Any]]:
-    """End-to-end and matching-hop p99 per ``TIMELINE_S`` of send time from ``began``."""
+def timeline(arrivals: Arrivals, found: dict[str, list[tuple[float, float]]], began: float,
+             ended: float) -> list[dict[str, Any]]:
+    """End-to-end p99 and each hop's per ``TIMELINE_S`` of send time from ``began``."""
     rows = []
     for start in range(0, math.ceil(ended - began), TIMELINE_S):
         low, high = began + start, began + start + TIMELINE_S
-        hop = sorted(latency for sent, latency in hops if low <= sent < high)
-        rows.append({"from_s": start, "p99_s": arrivals.totals(low, high)["latency_p99_s"],
-                     "matching_p99_s": quantile(hop, 0.99) if hop else None})
+        row: dict[str, Any] = {"from_s": start, "p99_s": arrivals.totals(low, high)["latency_p99_s"]}
+        for name, hop_rows in found.items():
+            window = sorted(latency for sent, latency in hop_rows if low <= sent < high)
+            row[f"{name}_p99_s"] = quantile(window, 0.99) if window else None
+        rows.append(row)
     return rows
 
 
@@ -152,16 +174,16 @@ def steady(bench: Bench, system: str, tag: str, rate: float, mode: Mode = "strea
     mark = got["marks"][0]
     since = mark["from"] + bench.args.warmup_s
     window = got["arrivals"].totals(since, math.inf)
-    hops = matching_hops(bench, tag, since) if system in ("senders", "wayline") else []
+    found = hops(bench, system, got["prefix"], tag, since)
     cpu = {} if got["cpu_s"] is None else {
         "cpu_s_per_1000": sum(got["cpu_s"].values()) / mark["sent"] * 1000,
         "cpu_s_per_1000_by_role": {role: round(used / mark["sent"] * 1000, 3) for role, used in got["cpu_s"].items()}}
     return {"measure": f"steady {rate:g}/s" if mode == "streaming" else f"batch mode {rate:g}/s",
             "achieved_rate": mark["achieved_rate"],
             "latency_p50_s": window["latency_p50_s"], "latency_p99_s": window["latency_p99_s"],
-            "events": mark["sent"], **(hop_figures(hops) if hops else {}), **cpu,
+            "events": mark["sent"], **hop_figures(found), **cpu,
             **memory_figures(system, got["memory_peak_mb"], got["memory_peak_by_role_mb"]),
-            "timeline": timeline(got["arrivals"], hops, since, mark["to"])}
+            "timeline": timeline(got["arrivals"], found, since, mark["to"])}
 
 
 def spike(bench: Bench, system: str, tag: str) -> dict[str, Any]:
@@ -196,14 +218,18 @@ def catch_up(arrivals: Arrivals, after: dict[str, Any], calm_p99: float | None) 
 def backlog(bench: Bench, system: str, tag: str, prefix: str, events: int, mode: Mode) -> dict[str, Any]:
     """A backlog already in ``prefix``'s topics, drained from the system's start."""
     began = time.time()
-    with running(bench, system, prefix, tag, mode) as (started, memory):
+    with running(bench, system, prefix, tag, mode) as (started, memory), CpuTimeline(started.pids) as cpu:
         totals = wait_for(started, events)
+        time.sleep(1.0)  # one more CPU sample after the last arrival
     wall = totals["last_at"] - began
     return {"measure": f"{mode} backlog {events:,}", "events": totals["events"], "wall_s": wall,
             "events_per_s": totals["events"] / wall,
             # None when all came at once (the floor's single micro-batch).
             "first_to_last_per_s": (totals["events"] / (totals["last_at"] - totals["first_at"])
                                     if totals["last_at"] > totals["first_at"] else None),
+            # Where the CPU went before the first request and during the drain (the
+            # machine's too: the broker, the receiver and PostgreSQL share its two cores).
+            "cpu_start": cpu.between(began, totals["first_at"]), "cpu_drain": cpu.between(totals["first_at"], totals["last_at"]),
             **memory_figures(system, memory.peaks_mb, memory.peaks_by_role_mb)}
 
 
@@ -242,7 +268,8 @@ def one_round(bench: Bench, run: int, scenario: str) -> list[dict[str, Any]]:
 
 # --- Report ---------------------------------------------------------------------------------
 
-FIGURES = ("achieved_rate", "latency_p50_s", "latency_p99_s", "matching_p50_s", "matching_p99_s", "events_per_s",
+FIGURES = ("achieved_rate", "latency_p50_s", "latency_p99_s", "source_p99_s", "intake_p99_s", "matching_p50_s",
+           "matching_p99_s", "events_per_s",
            "first_to_last_per_s", "wall_s", "p99_before_s", "p99_during_s", "p99_after_s", "catch_up_s",
            "cpu_s_per_1000", "peak_jvm_mb", "peak_python_workers_mb", "peak_process_mb")
 LAYOUT_NAMES = {"domains": "20 topics", "types": "500 topics", "ingest": "ingest topic"}

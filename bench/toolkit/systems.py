@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import shutil
 import signal
 import subprocess
@@ -39,6 +40,7 @@ from wayline.core.kafka import ensure_topics
 from wayline.core.secret import Secret
 from wayline.core.settings import Settings
 from wayline.delivery.metrics import DeliveryMetrics
+from wayline.delivery.runtime.intake import intake_partitions
 from wayline.pipelines.delivery import start_delivery
 from wayline.pipelines.source import read_kafka
 from wayline.registry import subscription
@@ -64,6 +66,9 @@ theirs does, and changes nothing for the plain sender, which routes by type."""
 STALL_S = 120.0
 FIRST_ARRIVAL_S = 300.0
 PRIME_EVENTS = 200
+APPENDED = {"message.timestamp.type": "LogAppendTime"}
+"""The config of the topics a bench makes and reads back: records stamped by the broker
+as appended, so that each hop's share of an event's latency shows in its records."""
 BUCKET_MS = 10
 
 
@@ -298,9 +303,14 @@ def start_wayline(bench: Bench, prefix: str, tag: str, mode: Mode) -> Running:
     endpoints = EndpointService.from_settings(settings)
     bench.trust(seed(bench.database, endpoints, bench.receiver_url, shape(mode, tag)).secrets)
     shutil.rmtree(settings.checkpoint_root / "delivery", ignore_errors=True)  # the last measurement's topics
+    # Made before Wayline would make it, as it would (whether or not the layout needs it),
+    # but stamped by the broker as each copy is appended: the intake's hop shows in the
+    # copies' timestamps (Wayline keeps the original's).
+    ensure_topics(settings.kafka_bootstrap(), [intake_topic(tag)], intake_partitions(settings, os.cpu_count() or 1),
+                  APPENDED)
     commands = Commands(settings, ["delivery", RETRIES], settings.state_dir / f"wayline-{tag}.log", **{
         "WAYLINE_KAFKA__EVENT_TOPIC_PREFIX": prefix, "WAYLINE_DELIVERY__WORK_TOPIC": work_topic(tag),
-        "WAYLINE_DELIVERY__SENDER_GROUP": tag, "WAYLINE_DELIVERY__INTAKE_TOPIC": f"wayline.bench.{tag}.intake",
+        "WAYLINE_DELIVERY__SENDER_GROUP": tag, "WAYLINE_DELIVERY__INTAKE_TOPIC": intake_topic(tag),
         "WAYLINE_DELIVERY__INTAKE_GROUP": f"{tag}-intake"})
     return Running(ReceiverArrivals(bench.receiver_url, f"/{tag}/"), commands.alive, commands.stop,
                    [p.pid for p in commands.processes])
@@ -322,6 +332,10 @@ def senders_process(settings: Settings, tag: str, more: dict[str, str] | None = 
 
 def work_topic(tag: str) -> str:
     return f"wayline.bench.{tag}.work"
+
+
+def intake_topic(tag: str) -> str:
+    return f"wayline.bench.{tag}.intake"
 
 
 STARTERS: dict[str, Callable[[Bench, str, str, Mode], Running]] = {
@@ -350,7 +364,8 @@ def wait_for(started: Running, expected: int) -> dict[str, Any]:
 
 def fresh_topics(bench: Bench, tag: str) -> str:
     prefix = f"bench.{tag}.events."
-    ensure_topics(bench.settings.kafka_bootstrap(), loadgen.topics(prefix, layout=bench.layout), bench.partitions)
+    ensure_topics(bench.settings.kafka_bootstrap(), loadgen.topics(prefix, layout=bench.layout), bench.partitions,
+                  APPENDED)
     return prefix
 
 
@@ -371,7 +386,7 @@ def rate_run(bench: Bench, system: str, tag: str, segments: list[tuple[float, fl
         wait_for(started, PRIME_EVENTS + sum(m["sent"] for m in marks))
         cpu_to = cpu_seconds(started.pids)
         cpu = {role: used - cpu_from.get(role, 0.0) for role, used in cpu_to.items()} if started.pids else None
-    return {"marks": marks, "memory_peak_mb": memory.peaks_mb, "memory_peak_by_role_mb": memory.peaks_by_role_mb,
+    return {"prefix": prefix, "marks": marks, "memory_peak_mb": memory.peaks_mb, "memory_peak_by_role_mb": memory.peaks_by_role_mb,
             "arrivals": started.arrivals, "cpu_s": cpu}
 
 

@@ -12,18 +12,22 @@ from confluent_kafka import Consumer, KafkaError, Message
 Row = TypeVar("Row")
 
 
-def read_topic(bootstrap: str, topic: str, row: Callable[[Message], Row], out: list[Row], *,
+def read_topic(bootstrap: str, topic: str | list[str], row: Callable[[Message], Row], out: list[Row], *,
                expected: int | None = None, stop: threading.Event | None = None) -> None:
-    """Append ``row(record)`` for each record of ``topic`` to ``out`` (a thread can fill it
-    while the caller watches), until ``expected`` rows are there or ``stop`` is set; with
-    neither, until the end of every partition."""
+    """Append ``row(record)`` for each record of ``topic`` (or of each of several) to ``out``
+    (a thread can fill it while the caller watches), until ``expected`` rows are there or
+    ``stop`` is set; with neither, until the end of every partition."""
     to_end = expected is None and stop is None
+    topics = [topic] if isinstance(topic, str) else topic
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4()}",
                          "auto.offset.reset": "earliest", "enable.auto.commit": False,
                          "enable.partition.eof": to_end})
-    consumer.subscribe([topic])
-    partitions = len(consumer.list_topics(topic, timeout=10).topics[topic].partitions) if to_end else 0
-    at_end: set[int] = set()
+    consumer.subscribe(topics)
+    partitions = 0
+    if to_end:
+        known = consumer.list_topics(timeout=10).topics
+        partitions = sum(len(known[name].partitions) for name in topics)
+    at_end: set[tuple[str, int]] = set()
     try:
         while not (stop is not None and stop.is_set()) and (expected is None or len(out) < expected) \
                 and not (to_end and len(at_end) == partitions):
@@ -31,8 +35,8 @@ def read_topic(bootstrap: str, topic: str, row: Callable[[Message], Row], out: l
                 error = message.error()
                 if error is None:
                     out.append(row(message))
-                    at_end.discard(message.partition())
+                    at_end.discard((message.topic(), message.partition()))
                 elif error.code() == KafkaError._PARTITION_EOF:
-                    at_end.add(message.partition())
+                    at_end.add((message.topic(), message.partition()))
     finally:
         consumer.close()
