@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from pathlib import Path
-from typing import NamedTuple, Self
+from typing import Any, NamedTuple, Self
 
 SAMPLE_S = 0.5
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -151,3 +152,31 @@ class MemorySampler(Sampler):
     def _tree(self, found: dict[int, Process]) -> list[int]:
         roots = [pid for pid in self._pids if pid in found]
         return [*roots, *descendants(found, roots)]
+
+
+def machine_busy_s() -> float:
+    """CPU seconds every core of the machine has spent not idle since boot (``/proc/stat``)."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle, iowait
+    return (sum(fields[:8]) - idle) / CLOCK_TICKS
+
+
+class CpuTimeline(Sampler):
+    """The CPU seconds ``pids`` (per role, :func:`roles`) and the whole machine have used,
+    sampled every second, so that a run's phases (its start, its drain) can be told apart."""
+
+    def __init__(self, pids: list[int]) -> None:
+        super().__init__(1.0)
+        self._pids = list(pids)
+        self.samples: list[tuple[float, dict[str, float], float]] = []
+
+    def sample(self) -> None:
+        self.samples.append((time.time(), cpu_seconds(self._pids), machine_busy_s()))
+
+    def between(self, start: float, end: float) -> dict[str, Any]:
+        """CPU seconds per role and of the machine between the samples nearest ``start`` and ``end``."""
+        first = min(self.samples, key=lambda s: abs(s[0] - start))
+        last = min(self.samples, key=lambda s: abs(s[0] - end))
+        return {"seconds": round(last[0] - first[0], 1),
+                "cpu_s_by_role": {role: round(used - first[1].get(role, 0.0), 2) for role, used in last[1].items()},
+                "machine_busy_s": round(last[2] - first[2], 2)}
