@@ -184,7 +184,9 @@ def event(n: int, tag: str) -> bytes:
 def produce(bootstrap: str, topic: str, tag: str, rate: int | None, count: int, seconds: float = 0,
             at_half: Any = None) -> int:
     """``count`` events at once (``rate`` None) or ``rate`` per second for ``seconds``."""
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5 if rate else 50, "acks": "1"})
+    # A backlog is queued at once: room for more than librdkafka's default 100,000.
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5 if rate else 50, "acks": "1",
+                         "queue.buffering.max.messages": max(count, 100_000)})
     sent, half_at, halved = 0, time.monotonic() + seconds / 2, False
     for due in [count] if rate is None else paced(rate, seconds, tick_s=0.001):
         for _ in range(due):

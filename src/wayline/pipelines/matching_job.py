@@ -68,7 +68,7 @@ from wayline.pipelines.delivery import SendStep, ensure_delivery_topics, live_sn
 from wayline.pipelines.intake_source import from_origin
 from wayline.pipelines.job import RestartingQuery
 from wayline.pipelines.matching import routing
-from wayline.pipelines.routing import work_records, work_rows
+from wayline.pipelines.routing import routed, units, work_records
 from wayline.pipelines.source import read_kafka
 from wayline.registry.db import Database
 from wayline.registry.endpoint import EndpointService
@@ -220,16 +220,18 @@ def start_matching_query(spark: SparkSession, settings: Settings, routing_folder
         # type): a narrow coalesce, no shuffle. The real-time trigger refuses it: there each
         # partition is a long-running task of its own (see `slots_needed`).
         source = source.coalesce(spark.sparkContext.defaultParallelism)
-    units = work_rows(source, routing(routing_folder), settings, real_time=realtime).observe(
+    # Counted per record, before its units are made: one row per record rather than per
+    # unit (a pair and its audit record are two), and the fewest tests on each.
+    valid = F.col("reason").isNull()
+    matched = routed(source, routing(routing_folder), settings, real_time=realtime).observe(
         OBSERVED,
-        F.coalesce(F.sum("events"), F.lit(0)).alias("events"),
-        F.count_if(F.col("kind") == F.lit("filtered")).alias("filtered"),
-        F.count_if(F.col("kind") == F.lit("record")).alias("quarantined"),
-        *(F.count_if((F.col("kind") == F.lit("record")) & (F.col("reason") == F.lit(reason.value)))
-          .alias(f"quarantined_{reason.value}") for reason in Reason),
+        F.count_if(valid).alias("events"),
+        F.count_if(valid & (F.size("subscriptions") == 0)).alias("filtered"),
+        F.count_if(~valid).alias("quarantined"),
+        *(F.count_if(F.col("reason") == F.lit(reason.value)).alias(f"quarantined_{reason.value}") for reason in Reason),
     )
     writer = (
-        work_records(units, settings)
+        work_records(units(matched, settings), settings)
         .writeStream.format("kafka").queryName(QUERY_NAME)
         .option("kafka.bootstrap.servers", settings.kafka_bootstrap())
         .option("kafka.linger.ms", settings.kafka.stream_linger_ms)
