@@ -230,8 +230,11 @@ def start_matching_query(spark: SparkSession, settings: Settings, routing_folder
         F.count_if(~valid).alias("quarantined"),
         *(F.count_if(F.col("reason") == F.lit(reason.value)).alias(f"quarantined_{reason.value}") for reason in Reason),
     )
+    # A filtered event writes nothing: it makes no units at all, rather than a `filtered` one
+    # that work_records drops.
+    writes = matched.where(~valid | (F.size("subscriptions") > 0))
     writer = (
-        work_records(units(matched, settings), settings)
+        work_records(units(writes, settings), settings)
         .writeStream.format("kafka").queryName(QUERY_NAME)
         .option("kafka.bootstrap.servers", settings.kafka_bootstrap())
         .option("kafka.linger.ms", settings.kafka.stream_linger_ms)
