@@ -30,7 +30,10 @@ producer stamped into it (``data.sent_ms``), both this machine's clock; the firs
     .venv/bin/python bench/matching.py --runs 1 --rates 300 1000 5000 --seconds 30
 
 Each result also has the query's batches (rows, whole time, planning and run, from Spark's
-progress) and how many classes Janino compiled while it ran.
+progress), how many classes Janino compiled while it ran, and the Spark JVM's CPU (it runs
+nothing else meanwhile): ``jvm_cpu_s`` from the system's start to its last append and, per
+event it appended, ``jvm_cpu_us_per_event`` (for ``backlog``, from its first append to its last:
+the drain alone, without the query's start).
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from toolkit import cli
 from toolkit.codegen import compilations
+from toolkit.processes import CpuTimeline, processes, spark_jvms
 from toolkit.results import record_results
 from toolkit.stack import LOOPBACK, fresh_stack
 from toolkit.stats import quantile
@@ -158,6 +162,11 @@ def start(system: str, spark: Any, settings: Settings, database: Database, check
                    lambda: job.matching.query.recentProgress if job.matching.query is not None else [])
 
 
+def jvm_cpu_s(cpu: CpuTimeline, start: float, end: float) -> float:
+    """CPU seconds the Spark JVM used between the samples nearest ``start`` and ``end``."""
+    return round(sum(cpu.between(start, end)["cpu_s_by_role"].values()), 2)
+
+
 def batch_times(progress: list[Any]) -> list[dict[str, Any]]:
     """Per batch of the current query: its rows and, in ms, its whole time, its planning
     and its run (a real-time batch's whole time less its checkpoint interval is how long the
@@ -175,7 +184,9 @@ def event(n: int, tag: str) -> bytes:
 def produce(bootstrap: str, topic: str, tag: str, rate: int | None, count: int, seconds: float = 0,
             at_half: Any = None) -> int:
     """``count`` events at once (``rate`` None) or ``rate`` per second for ``seconds``."""
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5 if rate else 50, "acks": "1"})
+    # A backlog is queued at once: room for more than librdkafka's default 100,000.
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5 if rate else 50, "acks": "1",
+                         "queue.buffering.max.messages": max(count, 100_000)})
     sent, half_at, halved = 0, time.monotonic() + seconds / 2, False
     for due in [count] if rate is None else paced(rate, seconds, tick_s=0.001):
         for _ in range(due):
@@ -214,41 +225,49 @@ def measure(system: str, scenario: str, spark: Any, base: Settings, database: Da
     if scenario == "backlog":
         produce(bootstrap, topic, tag, None, backlog)
     compiled_before = compilations(spark)
-    running = start(system, spark, settings, database, state / "checkpoints" / tag)
-    started = time.time()
-    try:
-        reader.start()
-        if scenario == "backlog":
-            # Until every record was appended; what arrived by the deadline is the figure.
-            holds_within(lambda: len(records) >= backlog or running.failure() is not None, 600)
-        else:
-            wait_planned(lambda: spark.streams.active, running.failure, 180)
-            swapped: list[tuple[str, str, float]] = []
-            endpoints = EndpointService.from_settings(settings)
-            at_half = (lambda: swapped.append(add_subscription(database, endpoints, owner))) if scenario == "swap" \
-                else None
-            begun = time.time()
-            result["sent"] = produce(bootstrap, topic, tag, rate, 0, seconds, at_half)
-            # Until every event's request arrived and, after a registry change, one routed by it.
-            holds_within(lambda: running.failure() is not None or (
-                len(records) >= result["sent"]
-                and not (swapped and not any(key == swapped[0][0].encode() for _, _, key, _ in records[-2000:]))),
-                5 + 60 * (scenario == "swap"))
-    finally:
-        stop.set()
-        reader.join()
-        failure = running.failure()
-        result.update(batches=batch_times(running.progress()), compilations=compilations(spark) - compiled_before)
-        running.stop()
+    with CpuTimeline(spark_jvms(processes())) as cpu:
+        running = start(system, spark, settings, database, state / "checkpoints" / tag)
+        started = time.time()
+        try:
+            reader.start()
+            if scenario == "backlog":
+                # Until every record was appended; what arrived by the deadline is the figure.
+                holds_within(lambda: len(records) >= backlog or running.failure() is not None, 600)
+            else:
+                wait_planned(lambda: spark.streams.active, running.failure, 180)
+                swapped: list[tuple[str, str, float]] = []
+                endpoints = EndpointService.from_settings(settings)
+                at_half = (lambda: swapped.append(add_subscription(database, endpoints, owner))) if scenario == "swap" \
+                    else None
+                begun = time.time()
+                result["sent"] = produce(bootstrap, topic, tag, rate, 0, seconds, at_half)
+                # Until every event's request arrived and, after a registry change, one routed by it.
+                holds_within(lambda: running.failure() is not None or (
+                    len(records) >= result["sent"]
+                    and not (swapped and not any(key == swapped[0][0].encode() for _, _, key, _ in records[-2000:]))),
+                    5 + 60 * (scenario == "swap"))
+        finally:
+            stop.set()
+            reader.join()
+            failure = running.failure()
+            result.update(batches=batch_times(running.progress()), compilations=compilations(spark) - compiled_before)
+            time.sleep(1.0)  # one more CPU sample after the last append
+            running.stop()
     if failure is not None:
         result["error"] = str(failure)[:600]
     result["received"] = len(records)
+    appended = [a for _, a, _, _ in records]
+    if appended:
+        result["jvm_cpu_s"] = jvm_cpu_s(cpu, started, max(appended))
     if scenario == "backlog":
-        appended = [a for _, a, _, _ in records]
         if appended:
+            drain_s = jvm_cpu_s(cpu, min(appended), max(appended))
             result.update(start_to_last_per_s=round(len(records) / (max(appended) - started)),
-                          first_to_last_per_s=round(len(records) / max(max(appended) - min(appended), 1e-3)))
+                          first_to_last_per_s=round(len(records) / max(max(appended) - min(appended), 1e-3)),
+                          jvm_cpu_drain_s=drain_s, jvm_cpu_us_per_event=round(drain_s / len(records) * 1e6, 1))
         return result
+    if appended:
+        result["jvm_cpu_us_per_event"] = round(result["jvm_cpu_s"] / len(records) * 1e6, 1)
     counted = sorted(a - s for s, a, _, _ in records if s >= begun + WARMUP_S)
     if counted:
         result.update(p50_s=round(quantile(counted, 0.5), 3), p99_s=round(quantile(counted, 0.99), 3),

@@ -42,6 +42,7 @@ from wayline.pipelines.matching_job import (
     check_slots,
     chosen_trigger,
     cores_for,
+    matching_records,
     slots_needed,
     source_partitions,
     with_enough_slots,
@@ -261,6 +262,24 @@ def test_a_real_time_query_reads_long_before_its_first_batch_ends(
         assert job.matching.query.lastProgress is None
     finally:
         job.stop()
+
+
+KAFKA_SCHEMA = ("key binary, value binary, headers array<struct<key:string,value:binary>>, topic string, "
+                "partition int, offset long, timestamp timestamp, timestampType int")
+
+
+@pytest.mark.parametrize("real_time", [True, False])
+def test_only_the_parse_and_the_counts_run_outside_whole_stage_code(spark, base_settings: Settings, tmp_path: Path,
+                                                                   real_time: bool) -> None:
+    # An operator outside whole-stage code evaluates its expressions node by node; a Generate
+    # there evaluates all of a record's units so (the audit records' JSON, the quarantine
+    # copies). `from_json` is never generated, and the metrics are an accumulator: those two.
+    settings = base_settings.model_copy(update={"audit": base_settings.audit.model_copy(update={"enabled": True})})
+    records = matching_records(spark.createDataFrame([], KAFKA_SCHEMA), tmp_path, settings, real_time=real_time)
+    operators = [line.lstrip(" +-:") for line in str(records._jdf.queryExecution().executedPlan().toString()).splitlines()]
+    outside = [op for op in operators if op and not op.startswith("*(")]
+    assert [op.split(" ", 1)[0] for op in outside] == ["CollectMetrics", "Project"], outside
+    assert "from_json" in outside[1] and "reflect" in outside[1]
 
 
 @pytest.mark.integration

@@ -11,7 +11,11 @@ The clock an event's time is bounded by (``envelope.max_future_skew_s``) is
 offset log, so a replayed micro-batch gives every record the verdict it had (inside
 ``foreachBatch``, the time the batch's job runs). It is read through :func:`batch_micros`,
 which keeps it out of the generated code. Under the real-time trigger, whose batches last
-minutes, each record's own reading time instead (``per_record``).
+minutes, each record's own reading time instead (``per_record``). It is read once per record,
+in the first projection, and kept as ``clock_micros`` for whatever else needs the time a
+record was judged at (the self-audit's records): ``reflect`` is evaluated without code
+generation, and a stage holding it is not generated as a whole, so it stays in the one stage
+that ``from_json`` (evaluated the same way) keeps out of whole-stage code anyway.
 """
 
 from __future__ import annotations
@@ -55,6 +59,8 @@ ENVELOPE_COLUMNS = (
     "id", "source", "type", "specversion", "subject", "time", "datacontenttype", "dataschema",
     TENANT, SUBTENANT, "data", "event_time",
 )
+CLOCK = "clock_micros"
+"""The column :func:`parse_events` adds: the clock a record was judged by (:func:`batch_micros`)."""
 KAFKA_COLUMNS = ("key", "value", "headers", "topic", "partition", "offset", "timestamp")
 
 
@@ -80,7 +86,8 @@ def _detail_of(reason: Column, size: Column, missing_names: Column, max_bytes: i
 
 
 def parse_events(kafka: DataFrame, envelope: EnvelopeSettings, *, per_record: bool = False) -> DataFrame:
-    """Add the envelope columns and, for records that are not events, `reason` and `detail`.
+    """Add the envelope columns, :data:`CLOCK` and, for records that are not events, `reason`
+    and `detail`.
 
     `kafka` has the Kafka source's columns (read with `includeHeaders=true`). Good rows
     have `reason` NULL; bad rows keep their original key, value and headers intact.
@@ -114,11 +121,12 @@ def _parse_steps(max_bytes: int, max_future_skew_s: float, per_record: bool,
         size.alias("_size"),
         F.coalesce(F.exists("headers", lambda h: h["key"] == F.lit(f"{BINARY_PREFIX}specversion")), F.lit(False)).alias("_binary"),
         F.array(F.when(size.between(1, max_bytes), F.from_json(text, ENVELOPE_SCHEMA))).alias("_parsed"),
+        batch_micros(per_record=per_record).alias(CLOCK),
     ]
-    unpacked = [*KAFKA_COLUMNS, "_size", "_binary", F.inline_outer("_parsed")]
+    unpacked = [*KAFKA_COLUMNS, "_size", "_binary", CLOCK, F.inline_outer("_parsed")]
     renamed = {name: f"_json_{name}" for name in (*_STRING_ATTRIBUTES, "data")}
     with_attributes = [
-        *KAFKA_COLUMNS, "_size", "_binary",
+        *KAFKA_COLUMNS, "_size", "_binary", CLOCK,
         *(attribute(name).alias(name) for name in _STRING_ATTRIBUTES),
         F.when(binary & (F.col("_size") > 0), F.try_parse_json(text)).otherwise(F.col("_json_data")).alias("data"),
     ]
@@ -130,7 +138,7 @@ def _parse_steps(max_bytes: int, max_future_skew_s: float, per_record: bool,
         any_missing = any_missing | F.col(name).isNull()
     reparsed = F.try_parse_json(text)
     event_time = rfc3339_time(F.col("time"))
-    ahead = F.unix_micros(F.col("event_time")) - batch_micros(per_record=per_record)
+    ahead = F.unix_micros(F.col("event_time")) - F.col(CLOCK)
     bad_header = F.exists("headers", lambda h: F.startswith(h["key"], F.lit(BINARY_PREFIX))
                           & ~F.is_valid_utf8(h["value"].cast("string")))
     reason = (
@@ -150,7 +158,7 @@ def _parse_steps(max_bytes: int, max_future_skew_s: float, per_record: bool,
         .when(ahead > F.lit(round(max_future_skew_s * 1_000_000)), F.lit(Reason.FUTURE_TIME.value))
     )
     timed = [
-        *KAFKA_COLUMNS, *_STRING_ATTRIBUTES, "data", "_size", "_binary",
+        *KAFKA_COLUMNS, *_STRING_ATTRIBUTES, "data", "_size", "_binary", CLOCK,
         event_time.alias("_time"), F.coalesce(event_time, F.col("timestamp")).alias("event_time"),
     ]
     checked = [
@@ -159,6 +167,7 @@ def _parse_steps(max_bytes: int, max_future_skew_s: float, per_record: bool,
         "data",
         F.col("_time").alias("time"),
         "event_time",
+        CLOCK,
         reason.alias("reason"),
         "_size",
         missing_names.alias("_missing"),
@@ -300,6 +309,6 @@ def event_body() -> Column:
 
 
 __all__ = [
-    "ENVELOPE_COLUMNS", "ENVELOPE_SCHEMA", "batch_micros", "event_body", "parse_events", "quarantine_copy",
+    "CLOCK", "ENVELOPE_COLUMNS", "ENVELOPE_SCHEMA", "batch_micros", "event_body", "parse_events", "quarantine_copy",
     "rfc3339_time", "valid_events",
 ]

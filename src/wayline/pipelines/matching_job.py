@@ -52,7 +52,7 @@ from pathlib import Path
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
-from pyspark.sql import Row, SparkSession
+from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
@@ -68,7 +68,7 @@ from wayline.pipelines.delivery import SendStep, ensure_delivery_topics, live_sn
 from wayline.pipelines.intake_source import from_origin
 from wayline.pipelines.job import RestartingQuery
 from wayline.pipelines.matching import routing
-from wayline.pipelines.routing import work_records, work_rows
+from wayline.pipelines.routing import routed, units, work_records
 from wayline.pipelines.source import read_kafka
 from wayline.registry.db import Database
 from wayline.registry.endpoint import EndpointService
@@ -204,6 +204,27 @@ def check_slots(spark: SparkSession, settings: Settings) -> None:
         )
 
 
+def matching_records(source: DataFrame, routing_folder: Path, settings: Settings, *, real_time: bool) -> DataFrame:
+    """The matching query's plan over ``source`` (the Kafka source's columns): each record
+    parsed and routed with the table ``routing_folder``'s ``CURRENT`` names, counted
+    (:data:`OBSERVED`), and turned into the Kafka records it makes
+    (:func:`~wayline.pipelines.routing.work_records`)."""
+    # Counted per record, before its units are made: one row per record rather than per
+    # unit (a pair and its audit record are two), and the fewest tests on each.
+    valid = F.col("reason").isNull()
+    matched = routed(source, routing(routing_folder), settings, real_time=real_time).observe(
+        OBSERVED,
+        F.count_if(valid).alias("events"),
+        F.count_if(valid & (F.size("subscriptions") == 0)).alias("filtered"),
+        F.count_if(~valid).alias("quarantined"),
+        *(F.count_if(F.col("reason") == F.lit(reason.value)).alias(f"quarantined_{reason.value}") for reason in Reason),
+    )
+    # A filtered event writes nothing: it makes no units at all, rather than a `filtered` one
+    # that work_records drops.
+    writes = matched.where(~valid | (F.size("subscriptions") > 0))
+    return work_records(units(writes, settings), settings)
+
+
 def start_matching_query(spark: SparkSession, settings: Settings, routing_folder: Path, checkpoint: Path,
                          ) -> StreamingQuery:
     """Start the matching query, routing with the table ``routing_folder``'s ``CURRENT``
@@ -220,16 +241,8 @@ def start_matching_query(spark: SparkSession, settings: Settings, routing_folder
         # type): a narrow coalesce, no shuffle. The real-time trigger refuses it: there each
         # partition is a long-running task of its own (see `slots_needed`).
         source = source.coalesce(spark.sparkContext.defaultParallelism)
-    units = work_rows(source, routing(routing_folder), settings, real_time=realtime).observe(
-        OBSERVED,
-        F.coalesce(F.sum("events"), F.lit(0)).alias("events"),
-        F.count_if(F.col("kind") == F.lit("filtered")).alias("filtered"),
-        F.count_if(F.col("kind") == F.lit("record")).alias("quarantined"),
-        *(F.count_if((F.col("kind") == F.lit("record")) & (F.col("reason") == F.lit(reason.value)))
-          .alias(f"quarantined_{reason.value}") for reason in Reason),
-    )
     writer = (
-        work_records(units, settings)
+        matching_records(source, routing_folder, settings, real_time=realtime)
         .writeStream.format("kafka").queryName(QUERY_NAME)
         .option("kafka.bootstrap.servers", settings.kafka_bootstrap())
         .option("kafka.linger.ms", settings.kafka.stream_linger_ms)
@@ -392,7 +405,7 @@ class MatchingJob:
 
 
 __all__ = [
-    "OBSERVED", "QUERY_NAME", "MatchingJob", "check_slots", "chosen_trigger", "cores_for", "counted", "slots_needed",
-    "resolved", "source_partitions", "start_matching_query", "with_enough_slots", "with_intake", "with_matching_jvm",
-    "with_trigger",
+    "OBSERVED", "QUERY_NAME", "MatchingJob", "check_slots", "chosen_trigger", "cores_for", "counted", "matching_records",
+    "resolved", "slots_needed", "source_partitions", "start_matching_query", "with_enough_slots", "with_intake",
+    "with_matching_jvm", "with_trigger",
 ]

@@ -42,7 +42,7 @@ from wayline.core.settings import Settings
 from wayline.delivery import audit, work
 from wayline.delivery.bucket import Source
 from wayline.pipelines.batching import batch_work
-from wayline.pipelines.envelope import batch_micros, event_body, parse_events, quarantine_copy
+from wayline.pipelines.envelope import CLOCK, event_body, parse_events, quarantine_copy
 from wayline.pipelines.live_snapshot import BATCH, LiveSnapshot
 from wayline.pipelines.matching import with_subscriptions
 
@@ -61,12 +61,16 @@ def _unit(**values: Column) -> Column:
     return F.struct(*(values.get(name, F.lit(None)).cast(kind).alias(name) for name, kind in _UNIT_FIELDS))
 
 
-def _audit(kind: str, record: Column, topic: str, per_record: bool, outcome: str | None = None,
+_AT = "_at"
+"""A routed record's clock as the self-audit's records carry it (made once per record)."""
+
+
+def _audit(kind: str, record: Column, topic: str, outcome: str | None = None,
            endpoint_id: Column | None = None) -> Column:
     """A unit that writes one self-audit record (:mod:`wayline.delivery.audit`, as the
     tasks build them for pairs) for the record being routed; with ``endpoint_id``, it goes
     to that endpoint's task, so the audit's writes spread as the sends do."""
-    at = F.date_format(F.timestamp_micros(batch_micros(per_record=per_record)), "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX")
+    at = F.col(_AT)
     data = F.struct(record.alias("record"), F.col("id").alias("event_id"), at.alias("event_time"),
                     F.col("topic").alias("topic"), F.lit(outcome).alias("outcome"))
     value = F.to_json(F.struct(
@@ -79,22 +83,41 @@ def _audit(kind: str, record: Column, topic: str, per_record: bool, outcome: str
                  **({} if endpoint_id is None else {"endpoint_id": endpoint_id}))
 
 
-def work_rows(batch: DataFrame, routes: Column, settings: Settings, *, real_time: bool = False) -> DataFrame:
-    """Each record of ``batch`` (the Kafka source's columns) as its work units, one row
-    each, routed by ``routes`` (a :func:`~wayline.pipelines.matching.routing`); under the
+def routed(batch: DataFrame, routes: Column, settings: Settings, *, real_time: bool = False) -> DataFrame:
+    """Each record of ``batch`` (the Kafka source's columns) parsed and routed by ``routes``
+    (a :func:`~wayline.pipelines.matching.routing`), one row per record: what
+    :func:`units` turns into work, and what the matching query counts; under the
     ``real_time`` trigger, on each record's own clock (:func:`~wayline.pipelines.envelope.batch_micros`)."""
     parsed = parse_events(batch, settings.envelope, per_record=real_time)
     body = F.when(F.col("reason").isNull(), event_body())
     matched = with_subscriptions(parsed.select("*", body.alias("_body")), routes)
+    if not settings.audit.enabled:
+        return matched
+    # Formatted once per record that writes self-audit records (each has the time twice),
+    # not per record: most events are filtered and write none.
+    writes_audit = F.col("reason").isNotNull() | (F.size("subscriptions") > 0)
+    at = F.when(writes_audit, F.date_format(F.timestamp_micros(F.col(CLOCK)), "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX"))
+    return matched.select("*", at.alias(_AT))
+
+
+def units(matched: DataFrame, settings: Settings) -> DataFrame:
+    """Each record of ``matched`` (a :func:`routed`) as its work units, one row each."""
     checked = settings.audit
-    units = _units(settings.kafka.quarantine_topic, settings.kafka.quarantine_max_bytes,
-                   checked.consumed_topic if checked.enabled else None, checked.outcomes_topic, real_time)
-    return matched.select(F.explode(units).alias("unit")).select("unit.*")
+    made = _units(settings.kafka.quarantine_topic, settings.kafka.quarantine_max_bytes,
+                  checked.consumed_topic if checked.enabled else None, checked.outcomes_topic)
+    return matched.select(F.explode(made).alias("unit")).select("unit.*")
+
+
+def work_rows(batch: DataFrame, routes: Column, settings: Settings, *, real_time: bool = False) -> DataFrame:
+    """Each record of ``batch`` (the Kafka source's columns) as its work units, one row
+    each, routed by ``routes`` (a :func:`~wayline.pipelines.matching.routing`): :func:`units`
+    of :func:`routed`."""
+    return units(routed(batch, routes, settings, real_time=real_time), settings)
 
 
 @functools.cache
 def _units(quarantine_topic: str, quarantine_max_bytes: int, consumed_topic: str | None,
-           outcomes_topic: str, per_record: bool) -> Column:
+           outcomes_topic: str) -> Column:
     """A routed record's units (made once: see ``envelope._parse_steps``); with no
     ``consumed_topic``, no self-audit records."""
     copy = quarantine_copy(quarantine_topic, quarantine_max_bytes)
@@ -102,8 +125,8 @@ def _units(quarantine_topic: str, quarantine_max_bytes: int, consumed_topic: str
                    headers=copy["headers"], reason=F.col("reason"))
     record = F.concat_ws("/", "topic", "partition", "offset")
     quarantined = F.array(copied) if consumed_topic is None else F.array(
-        copied, _audit(audit.CONSUMED, record, consumed_topic, per_record),
-        _audit(audit.OUTCOMES, record, outcomes_topic, per_record, audit.QUARANTINED))
+        copied, _audit(audit.CONSUMED, record, consumed_topic),
+        _audit(audit.OUTCOMES, record, outcomes_topic, audit.QUARANTINED))
     filtered = F.array(_unit(kind=F.lit("filtered"), events=F.lit(1)))
 
     def pair(route: Column, position: Column) -> Column:
@@ -117,8 +140,7 @@ def _units(quarantine_topic: str, quarantine_max_bytes: int, consumed_topic: str
         if consumed_topic is None:
             return F.array(unit)
         record = F.concat_ws("/", route["subscription_id"], F.col("id"))
-        return F.array(unit, _audit(audit.CONSUMED, record, consumed_topic, per_record,
-                                    endpoint_id=route["endpoint_id"]))
+        return F.array(unit, _audit(audit.CONSUMED, record, consumed_topic, endpoint_id=route["endpoint_id"]))
 
     return (
         F.when(F.col("reason").isNotNull(), quarantined)
@@ -172,4 +194,4 @@ def micro_batch_work(batch: DataFrame, live: LiveSnapshot, settings: Settings, s
                               allowMissingColumns=True)
 
 
-__all__ = ["micro_batch_work", "work_records", "work_rows"]
+__all__ = ["micro_batch_work", "routed", "units", "work_records", "work_rows"]
