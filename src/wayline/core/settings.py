@@ -390,7 +390,10 @@ class RulesSettings(_Section):
         default=5.0, ge=0, description="the watermark trails the newest event time by this much"
     )
     shards: int = Field(
-        default=64, ge=1, description="stateful operator keys per partition-key column; each holds many partition keys"
+        default=8, ge=1,
+        description="stateful operator groups per set of partition-key columns, each holding many partition keys, "
+                    "numbered so that the shuffle partitions get as many each; a checkpoint keeps the number it "
+                    "started with (one started before this was recorded: 64, or the value set then)",
     )
     default_state_budget: int = Field(default=1_000_000, ge=1, description="state entries a rule may hold")
     default_time_budget_ms: int = Field(default=2_000, ge=1, description="evaluation time a rule may use per micro-batch")

@@ -56,6 +56,7 @@ from wayline.rules.columns import EVENT_COLUMNS
 from wayline.rules.counters import EMIT, EVENT, FAILURE, METRICS, JobCounters, Report
 from wayline.rules.engine import ActiveRule
 from wayline.rules.ruleset import RuleSet
+from wayline.rules.shards import LEGACY_SHARDS, ShardLayout, checkpoint_layout
 
 log = logging.getLogger(__name__)
 
@@ -127,7 +128,8 @@ class RulesJob:
         ensure_topics(self._settings.kafka_bootstrap(), {r.output_topic for r in self._rules.rules},
                       self._settings.rules.output_partitions)
         windows = self._rules.windows
-        stream = rules_stream(self._spark, self._settings, specs, self._settings.postgres_dsn(), windows)
+        stream = rules_stream(self._spark, self._settings, specs, self._settings.postgres_dsn(),
+                              self._shard_layout(), windows)
         self._query_specs = specs
         self._query_windows = {rule.state_key for rule in windows}
         previous = self._spark.conf.get(SINGLE_WATERMARK[0], None)
@@ -140,6 +142,12 @@ class RulesJob:
                 self._spark.conf.unset(SINGLE_WATERMARK[0])
             else:
                 self._spark.conf.set(SINGLE_WATERMARK[0], previous)
+
+    def _shard_layout(self) -> ShardLayout:
+        """The checkpoint's layout of the stateful groups (``wayline.rules.shards``)."""
+        rules = self._settings.rules
+        legacy = ShardLayout(rules.shards if "shards" in rules.model_fields_set else LEGACY_SHARDS, balanced=False)
+        return checkpoint_layout(self._checkpoint, ShardLayout(rules.shards), legacy)
 
     def _start_writing(self, stream: DataFrame) -> StreamingQuery:
         return (

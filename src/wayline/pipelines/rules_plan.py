@@ -11,9 +11,10 @@
             (``wayline.pipelines.rules_processor``)
       -> union -> foreachBatch (``wayline.pipelines.rules_job``)
 
-A shard is ``hash(partition key) % rules.shards``: the operator's keys are few and each
-holds many partition keys, because the Python stateful operator pays per key and per state
-call (``docs/decisions.md``). Both branches read the same exchange, which Spark reuses, so
+A shard is ``hash(partition key) % rules.shards``, numbered by the checkpoint's
+``wayline.rules.shards.ShardLayout``: the operator's keys are few, each holds many partition
+keys, and the tasks get as many each, because the Python stateful operator pays per key and
+per state call (``docs/decisions.md``). Both branches read the same exchange, which Spark reuses, so
 Kafka is read and the JSON parsed once per micro-batch — only if the optimizer leaves the
 two exchanges identical: see ``rules_stream``.
 """
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from wayline.core.settings import Settings
@@ -33,6 +34,7 @@ from wayline.pipelines.windows import key_json, window_outputs
 from wayline.rules.columns import EVENT_COLUMNS, parse_key
 from wayline.rules.counters import EVENT
 from wayline.rules.engine import OUTPUT_SOURCE_PREFIX, ActiveRule
+from wayline.rules.shards import ShardLayout
 
 PASS = ""  # the key_spec of the events passed to the stateless rules
 # Both stateful operators (the Python processor and the window aggregation) take the
@@ -42,7 +44,7 @@ PASS = ""  # the key_spec of the events passed to the stateless rules
 SINGLE_WATERMARK = ("spark.sql.streaming.statefulOperator.allowMultiple", "false")
 
 
-def routed_events(events: DataFrame, key_specs: Sequence[str], shards: int, partitions: int) -> DataFrame:
+def routed_events(events: DataFrame, key_specs: Sequence[str], layout: ShardLayout, partitions: int) -> DataFrame:
     """Each event once for the filters and once per stateful key spec, behind one shuffle."""
     routes = [F.struct(F.lit(PASS).alias("spec"), F.lit(None).cast("string").alias("key"))]
     for spec in key_specs:
@@ -52,10 +54,21 @@ def routed_events(events: DataFrame, key_specs: Sequence[str], shards: int, part
     spec, key = F.col("_route.spec"), F.col("_route.key")
     # Passed-on events spread by id; keyed copies by their partition key, so one key's
     # events meet in one group.
-    shard = F.pmod(F.xxhash64(F.when(spec == F.lit(PASS), F.col("id")).otherwise(key)), F.lit(shards))
+    nth = F.pmod(F.xxhash64(F.when(spec == F.lit(PASS), F.col("id")).otherwise(key)), F.lit(layout.shards))
     return exploded.select(
-        *events.columns, spec.alias("key_spec"), key.alias("key_value"), shard.cast("int").alias("shard"),
+        *events.columns, spec.alias("key_spec"), key.alias("key_value"),
+        _shard(nth, spec, [PASS, *key_specs], layout, partitions).alias("shard"),
     ).repartition(partitions, "key_spec", "shard")
+
+
+def _shard(nth: Column, spec: Column, specs: Sequence[str], layout: ShardLayout, partitions: int) -> Column:
+    """The ``nth`` shard's value for the row's key spec, as the layout numbers them."""
+    if not layout.balanced:
+        return nth.cast("int")
+    values = F.when(spec == F.lit(specs[0]), F.array(*map(F.lit, layout.values(specs[0], partitions))))
+    for other in specs[1:]:
+        values = values.when(spec == F.lit(other), F.array(*map(F.lit, layout.values(other, partitions))))
+    return F.element_at(values, (nth + 1).cast("int"))
 
 
 def _branch(routed: DataFrame, stateful: bool) -> DataFrame:
@@ -84,14 +97,14 @@ def _reading_every_column(branch: DataFrame) -> DataFrame:
 
 
 def rules_stream(spark: SparkSession, settings: Settings, key_specs: Sequence[str], dsn: str,
-                 windows: Sequence[ActiveRule] = ()) -> DataFrame:
+                 layout: ShardLayout, windows: Sequence[ActiveRule] = ()) -> DataFrame:
     events = valid_events(parse_events(read_kafka(spark, settings), settings.envelope))
     # The rules' own output is an event stream too; reading it back could loop forever.
     events = events.where(~F.startswith(F.col("source"), F.lit(OUTPUT_SOURCE_PREFIX)))
     lateness_ms = int(settings.rules.allowed_lateness_s * 1000)
     events = events.withWatermark("event_time", f"{lateness_ms} milliseconds")
     events = events.select(*EVENT_COLUMNS)
-    routed = routed_events(events, key_specs, settings.rules.shards, settings.spark.shuffle_partitions)
+    routed = routed_events(events, key_specs, layout, settings.spark.shuffle_partitions)
     # The passed side carries the route's key columns too (unused downstream), so that both
     # sides read the same columns from the exchange.
     passed = _branch(routed, stateful=False).select(
