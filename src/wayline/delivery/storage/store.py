@@ -192,7 +192,7 @@ def describe(outcome: Result) -> str:
 
 
 class PostgresDeliveryStore:
-    """The store over a SQLAlchemy engine; each call is one transaction and one round trip per table."""
+    """The store over a SQLAlchemy engine; each call is one transaction (``screen`` one statement)."""
 
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
