@@ -35,6 +35,7 @@ from toolkit.produce import SPAWN, produce_steady
 from toolkit.receiver import Trust, signature_receiver, totals
 from toolkit.stack import wayline
 from toolkit.stats import weighted_quantile
+from toolkit.topics import settle
 from toolkit.waiting import while_arriving
 from wayline.core.kafka import ensure_topics
 from wayline.core.secret import Secret
@@ -363,9 +364,12 @@ def wait_for(started: Running, expected: int) -> dict[str, Any]:
 
 
 def fresh_topics(bench: Bench, tag: str) -> str:
+    """The layout's event topics for one measurement, made and settled (:func:`~toolkit.topics.settle`): empty,
+    and past the broker's first writes; their prefix."""
     prefix = f"bench.{tag}.events."
-    ensure_topics(bench.settings.kafka_bootstrap(), loadgen.topics(prefix, layout=bench.layout), bench.partitions,
-                  APPENDED)
+    topics = loadgen.topics(prefix, layout=bench.layout)
+    ensure_topics(bench.settings.kafka_bootstrap(), topics, bench.partitions, APPENDED)
+    settle(bench.settings.kafka_bootstrap(), topics)
     return prefix
 
 
