@@ -64,7 +64,7 @@ class WorkRouter:
     def __init__(self, topic: str, routes: dict[str, tuple[str, str]], version: int) -> None:
         self.topic, self.routes, self.version = topic, routes, str(version).encode()
 
-    def __call__(self, producer: Producer, record: loadgen.Record) -> None:
+    def __call__(self, producer: Producer | loadgen.Producers, record: loadgen.Record) -> None:
         event = orjson.loads(record.value)
         subscription_id, endpoint_id = self.routes[event["type"]]
         headers = [(work.KIND, b"single"), (work.SUBSCRIPTION, subscription_id.encode()),

@@ -15,7 +15,7 @@ from wayline.stack.loadgen import paced
 SPAWN = multiprocessing.get_context("spawn")
 
 
-def send(producer: Producer, topic: str, value: bytes, key: bytes | None = None, *,
+def send(producer: Producer | loadgen.Producers, topic: str, value: bytes, key: bytes | None = None, *,
          headers: list[tuple[str, bytes]] | None = None, backoff_s: float = 0.05) -> None:
     """One record; while the producer's local queue is full, wait ``backoff_s`` for the
     broker to catch up."""
@@ -41,12 +41,12 @@ def produce_all(bootstrap: str, records: Iterable[tuple[str, bytes, bytes | None
     return sent
 
 
-def _emit(producer: Producer, record: loadgen.Record) -> None:
+def _emit(producer: loadgen.Producers, record: loadgen.Record) -> None:
     send(producer, record.topic, record.value, record.key)
 
 
 def produce_paced(bootstrap: str, prefix: str, run_id: str, segments: list[tuple[float, float]], out: Any,
-                  emit: Callable[[Producer, loadgen.Record], None] | None = None,
+                  emit: Callable[[loadgen.Producers, loadgen.Record], None] | None = None,
                   layout: loadgen.Layout = "domains") -> None:
     """The steady producer's process: each (rate, seconds) segment in turn, paced every
     ``loadgen.TICK_S``, each tick's events stamped with the time they are sent. Sends back, per
@@ -57,7 +57,9 @@ def produce_paced(bootstrap: str, prefix: str, run_id: str, segments: list[tuple
     # Uncompressed: with lz4 the broker held a 20-topic layout's small batches 0.7-1.2 s (p50,
     # broker append time against the producer's stamp) before any system could read them,
     # which every system's latency carried (docs/benchmarks.md, issue 25's section).
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "queue.buffering.max.messages": 1_000_000})
+    # Spread over producers as ``wayline produce`` does (loadgen.TOPICS_PER_PRODUCER).
+    producer = loadgen.Producers({"bootstrap.servers": bootstrap, "linger.ms": 5,
+                                  "queue.buffering.max.messages": 1_000_000})
     marks = []
     for rate, seconds in segments:
         began_at, sent = time.time(), 0
@@ -75,7 +77,7 @@ def produce_paced(bootstrap: str, prefix: str, run_id: str, segments: list[tuple
 
 
 def produce_steady(bootstrap: str, prefix: str, run_id: str, segments: list[tuple[float, float]],
-                   emit: Callable[[Producer, loadgen.Record], None] | None = None,
+                   emit: Callable[[loadgen.Producers, loadgen.Record], None] | None = None,
                    layout: loadgen.Layout = "domains") -> list[dict[str, Any]]:
     """:func:`produce_paced` in a process of its own (spawned: this one may run a JVM); its marks."""
     receive_marks, send_marks = SPAWN.Pipe(duplex=False)

@@ -35,19 +35,34 @@ def test_balanced_values_give_every_task_its_share(spec: str, shards: int, parti
 
 
 def test_an_unbalanced_layout_numbers_from_zero() -> None:
-    assert ShardLayout(4, balanced=False).values("data.user", 2) == (0, 1, 2, 3)
+    assert ShardLayout(4, 2, balanced=False).values("data.user") == (0, 1, 2, 3)
 
 
 def test_a_fresh_checkpoint_records_the_configured_layout(tmp_path: Path) -> None:
     checkpoint = tmp_path / "rules"
-    assert checkpoint_layout(checkpoint, ShardLayout(8), ShardLayout(64, balanced=False)) == ShardLayout(8)
+    assert checkpoint_layout(checkpoint, ShardLayout(8, 2), ShardLayout(64, 2, balanced=False)) == ShardLayout(8, 2)
     # Later starts keep it, whatever the settings say then.
-    assert checkpoint_layout(checkpoint, ShardLayout(16), ShardLayout(64, balanced=False)) == ShardLayout(8)
+    assert checkpoint_layout(checkpoint, ShardLayout(16, 2), ShardLayout(64, 2, balanced=False)) == ShardLayout(8, 2)
     assert [path.name for path in checkpoint.iterdir()] == [LAYOUT_FILE]
 
 
 def test_a_checkpoint_written_before_layouts_keeps_the_legacy_one(tmp_path: Path) -> None:
     (tmp_path / "offsets").mkdir()
-    legacy = ShardLayout(64, balanced=False)
-    assert checkpoint_layout(tmp_path, ShardLayout(8), legacy) == legacy
+    legacy = ShardLayout(64, 2, balanced=False)
+    assert checkpoint_layout(tmp_path, ShardLayout(8, 2), legacy) == legacy
     assert not (tmp_path / LAYOUT_FILE).exists()
+
+
+def test_a_checkpoint_keeps_its_values_when_the_partition_count_changes(tmp_path: Path) -> None:
+    # Spark keeps a stateful query at its checkpoint's shuffle partitions; so must the values,
+    # or a key's rows would go to a group that does not hold its state.
+    legacy = ShardLayout(64, 2, balanced=False)
+    started = checkpoint_layout(tmp_path, ShardLayout(8, 2), legacy)
+    restarted = checkpoint_layout(tmp_path, ShardLayout(8, 4), legacy)
+    assert restarted == started
+    assert restarted.values("data.user") == shard_values("data.user", 8, 2) != shard_values("data.user", 8, 4)
+
+
+def test_a_record_without_a_partition_count_takes_the_configured_one(tmp_path: Path) -> None:
+    (tmp_path / LAYOUT_FILE).write_text('{"shards": 8, "balanced": true}')
+    assert checkpoint_layout(tmp_path, ShardLayout(16, 2), ShardLayout(64, 2, balanced=False)) == ShardLayout(8, 2)

@@ -55,6 +55,24 @@ def test_a_paced_stream_goes_out_every_tick_not_in_bursts(settings: Settings, un
     assert max(sent_at.values()) < 600 * 0.4, f"records per 100 ms: {sorted(sent_at.values())}"
 
 
+def test_many_topics_are_spread_over_producers_each_keeping_its_topics_order(settings: Settings,
+                                                                               unique: str) -> None:
+    # One producer for 500 topics sent a request per record down one connection, which the
+    # broker takes a request at a time: at 1,000/s records waited seconds in flight.
+    bootstrap = settings.kafka_bootstrap()
+    topics = [f"spread.{unique}.{n:03d}" for n in range(loadgen.TOPICS_PER_PRODUCER * 2 + 2)]
+    ensure_topics(bootstrap, topics, 1)
+    producers = loadgen.Producers({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    for sequence in range(3):
+        for topic in topics:
+            producers.produce(topic, str(sequence).encode())
+        producers.poll(0)
+    assert producers.flush(30) == 0
+    assert len(producers) == 3
+    for topic in topics[:: loadgen.TOPICS_PER_PRODUCER // 2]:
+        assert [m.value() for m in read_records(bootstrap, topic)] == [b"0", b"1", b"2"]
+
+
 def test_a_stream_stops_when_told(settings: Settings, unique: str) -> None:
     prefix = f"stopped.{unique}."
     bootstrap = settings.kafka_bootstrap()

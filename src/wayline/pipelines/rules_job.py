@@ -145,9 +145,10 @@ class RulesJob:
 
     def _shard_layout(self) -> ShardLayout:
         """The checkpoint's layout of the stateful groups (``wayline.rules.shards``)."""
-        rules = self._settings.rules
-        legacy = ShardLayout(rules.shards if "shards" in rules.model_fields_set else LEGACY_SHARDS, balanced=False)
-        return checkpoint_layout(self._checkpoint, ShardLayout(rules.shards), legacy)
+        rules, partitions = self._settings.rules, self._settings.spark.shuffle_partitions
+        legacy = ShardLayout(rules.shards if "shards" in rules.model_fields_set else LEGACY_SHARDS, partitions,
+                             balanced=False)
+        return checkpoint_layout(self._checkpoint, ShardLayout(rules.shards, partitions), legacy)
 
     def _start_writing(self, stream: DataFrame) -> StreamingQuery:
         return (

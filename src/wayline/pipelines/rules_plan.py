@@ -44,7 +44,7 @@ PASS = ""  # the key_spec of the events passed to the stateless rules
 SINGLE_WATERMARK = ("spark.sql.streaming.statefulOperator.allowMultiple", "false")
 
 
-def routed_events(events: DataFrame, key_specs: Sequence[str], layout: ShardLayout, partitions: int) -> DataFrame:
+def routed_events(events: DataFrame, key_specs: Sequence[str], layout: ShardLayout) -> DataFrame:
     """Each event once for the filters and once per stateful key spec, behind one shuffle."""
     routes = [F.struct(F.lit(PASS).alias("spec"), F.lit(None).cast("string").alias("key"))]
     for spec in key_specs:
@@ -57,17 +57,17 @@ def routed_events(events: DataFrame, key_specs: Sequence[str], layout: ShardLayo
     nth = F.pmod(F.xxhash64(F.when(spec == F.lit(PASS), F.col("id")).otherwise(key)), F.lit(layout.shards))
     return exploded.select(
         *events.columns, spec.alias("key_spec"), key.alias("key_value"),
-        _shard(nth, spec, [PASS, *key_specs], layout, partitions).alias("shard"),
-    ).repartition(partitions, "key_spec", "shard")
+        _shard(nth, spec, [PASS, *key_specs], layout).alias("shard"),
+    ).repartition(layout.partitions, "key_spec", "shard")
 
 
-def _shard(nth: Column, spec: Column, specs: Sequence[str], layout: ShardLayout, partitions: int) -> Column:
+def _shard(nth: Column, spec: Column, specs: Sequence[str], layout: ShardLayout) -> Column:
     """The ``nth`` shard's value for the row's key spec, as the layout numbers them."""
     if not layout.balanced:
         return nth.cast("int")
-    values = F.when(spec == F.lit(specs[0]), F.array(*map(F.lit, layout.values(specs[0], partitions))))
+    values = F.when(spec == F.lit(specs[0]), F.array(*map(F.lit, layout.values(specs[0]))))
     for other in specs[1:]:
-        values = values.when(spec == F.lit(other), F.array(*map(F.lit, layout.values(other, partitions))))
+        values = values.when(spec == F.lit(other), F.array(*map(F.lit, layout.values(other))))
     return F.element_at(values, (nth + 1).cast("int"))
 
 
@@ -104,7 +104,7 @@ def rules_stream(spark: SparkSession, settings: Settings, key_specs: Sequence[st
     lateness_ms = int(settings.rules.allowed_lateness_s * 1000)
     events = events.withWatermark("event_time", f"{lateness_ms} milliseconds")
     events = events.select(*EVENT_COLUMNS)
-    routed = routed_events(events, key_specs, layout, settings.spark.shuffle_partitions)
+    routed = routed_events(events, key_specs, layout)
     # The passed side carries the route's key columns too (unused downstream), so that both
     # sides read the same columns from the exchange.
     passed = _branch(routed, stateful=False).select(

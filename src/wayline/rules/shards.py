@@ -14,7 +14,9 @@ per-group machinery, whatever its number of rows (docs/benchmarks.md, issue 27,
 The layout is part of the state: a partition key's rows must keep meeting its state in
 the same group. So a checkpoint keeps the layout it was started with (``checkpoint_layout``,
 a small file beside Spark's own), and one written before layouts were recorded keeps the one
-it had: shards 0 to n - 1, with ``rules.shards`` as configured, 64 unless set.
+it had: shards 0 to n - 1, with ``rules.shards`` as configured, 64 unless set. The layout
+holds the shuffle partition count too: the balanced values depend on it, and Spark keeps a
+stateful query at the count its checkpoint started with whatever the settings say later.
 """
 
 from __future__ import annotations
@@ -92,23 +94,26 @@ def shard_values(spec: str, shards: int, partitions: int) -> tuple[int, ...]:
 
 @dataclass(frozen=True)
 class ShardLayout:
-    """How many shards each key spec has, and whether they are numbered to balance the tasks."""
+    """How many shards each key spec has, over how many shuffle partitions (tasks), and
+    whether they are numbered to balance those tasks."""
 
     shards: int
+    partitions: int
     balanced: bool = True
 
-    def values(self, spec: str, partitions: int) -> tuple[int, ...]:
+    def values(self, spec: str) -> tuple[int, ...]:
         """The shard values of ``spec``'s groups, in the order ``hash(key) % shards`` picks them."""
-        return shard_values(spec, self.shards, partitions) if self.balanced else tuple(range(self.shards))
+        return shard_values(spec, self.shards, self.partitions) if self.balanced else tuple(range(self.shards))
 
 
 def checkpoint_layout(checkpoint: Path, configured: ShardLayout, legacy: ShardLayout) -> ShardLayout:
     """The layout of the state in ``checkpoint``: the one recorded there; ``legacy`` for a
     checkpoint a query wrote before layouts were recorded; otherwise ``configured``, recorded
-    now, before the query writes any state."""
+    now, before the query writes any state. A record written before it held the partition
+    count (2026-12-08) takes ``configured``'s: the settings it was started with, unless changed."""
     record = checkpoint / LAYOUT_FILE
     if record.exists():
-        return ShardLayout(**json.loads(record.read_text()))
+        return ShardLayout(**{"partitions": configured.partitions, **json.loads(record.read_text())})
     if (checkpoint / "offsets").exists():
         return legacy
     checkpoint.mkdir(parents=True, exist_ok=True)

@@ -50,6 +50,14 @@ STAMP_EVERY_S = 0.001
 PROGRESS_EVERY = 1000
 """An unpaced stream reports progress, and looks at ``stop``, every this many records."""
 REGIONS = ("eu-west", "eu-central", "us-east", "us-west", "ap-south")
+TOPICS_PER_PRODUCER = 64
+"""librdkafka sends a produce request per partition, and the broker takes a connection's
+requests one at a time. One producer writing 500 one-partition topics at 1,000 events/s sent
+a request per event down one connection; on a busy 2-core machine the broker fell behind
+and records waited 6–28 s in flight before it appended them (8 producers: 0.05 s at the
+p99; docs/benchmarks.md, "The 500-topic stall is the load generator's one connection").
+A user's hundreds of topics are written by many services, so the load generator spreads its
+topics over producers too."""
 
 
 @dataclass(frozen=True)
@@ -190,6 +198,45 @@ def paced(rate: float, seconds: float = math.inf, *, tick_s: float = TICK_S,
         time.sleep(tick_s)
 
 
+class Producers:
+    """Producers sharing the topics written to, :data:`TOPICS_PER_PRODUCER` each, in the order
+    they are first written to: a topic always goes through the same one, so its records keep
+    their order. Produces, polls and flushes as one ``confluent_kafka.Producer`` does."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        self._config = config
+        self._producers: list[Producer] = []
+        self._by_topic: dict[str, Producer] = {}
+
+    def __len__(self) -> int:
+        """How many producers (each a connection to the broker) it has opened."""
+        return len(self._producers)
+
+    def _for(self, topic: str) -> Producer:
+        producer = self._by_topic.get(topic)
+        if producer is None:
+            if len(self._by_topic) >= len(self._producers) * TOPICS_PER_PRODUCER:
+                from confluent_kafka import Producer
+
+                self._producers.append(Producer(self._config))
+            producer = self._by_topic[topic] = self._producers[-1]
+        return producer
+
+    def produce(self, topic: str, value: bytes | None = None, key: bytes | None = None, **options: Any) -> None:
+        """One record, as ``Producer.produce`` (``BufferError`` while its queue is full)."""
+        self._for(topic).produce(topic, value, key, **options)
+
+    def poll(self, timeout: float = 0) -> int:
+        """Serve delivery reports: each producer's waiting ones, and for ``timeout`` the first's."""
+        served = sum(producer.poll(0) for producer in self._producers[1:])
+        return served + (self._producers[0].poll(timeout) if self._producers else 0)
+
+    def flush(self, timeout: float) -> int:
+        """Wait up to ``timeout`` seconds in all for every record to be delivered; how many were not."""
+        deadline = time.monotonic() + timeout
+        return sum(producer.flush(max(0.0, deadline - time.monotonic())) for producer in self._producers)
+
+
 def produce(
     bootstrap: str,
     records: Iterator[Record],
@@ -200,12 +247,10 @@ def produce(
 ) -> ProduceSummary:
     """Send records, paced to ``rate`` per second every :data:`TICK_S` (None: as fast as the
     broker takes them), until they run out or ``stop`` is set."""
-    from confluent_kafka import Producer
-
     # A paced stream is what receivers measure latency on, so it goes out as it is made; a
     # bulk load fills large compressed batches instead.
     tuned = {"linger.ms": 5} if rate else {"linger.ms": 20, "batch.size": 1_000_000, "compression.type": "lz4"}
-    producer = Producer({
+    producer = Producers({
         "bootstrap.servers": bootstrap, "queue.buffering.max.messages": 500_000, **tuned,
         # librdkafka's own lines (`%6|…`) as log records, not on the terminal of a live view.
         "logger": logging.getLogger(__name__),
@@ -240,7 +285,7 @@ def _chunks(stop: threading.Event | None) -> Iterator[int]:
         yield PROGRESS_EVERY
 
 
-def _send(producer: Producer, records: Iterable[Record], delivered: Callable[[Any, Any], None]) -> int:
+def _send(producer: Producers, records: Iterable[Record], delivered: Callable[[Any, Any], None]) -> int:
     """Produce ``records``; how many there were. While the producer's local queue is full,
     wait for the broker to catch up."""
     sent = 0
@@ -256,6 +301,7 @@ def _send(producer: Producer, records: Iterable[Record], delivered: Callable[[An
 
 
 __all__ = [
-    "PROGRESS_EVERY", "STAMP_EVERY_S", "TICK_S", "EventFactory", "EventType", "ProduceSummary", "Record", "catalog", "paced", "produce",
+    "PROGRESS_EVERY", "STAMP_EVERY_S", "TICK_S", "TOPICS_PER_PRODUCER", "EventFactory", "EventType", "ProduceSummary",
+    "Producers", "Record", "catalog", "paced", "produce",
     "subtenants_of", "tenant_id", "topics",
 ]
