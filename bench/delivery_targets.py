@@ -89,7 +89,7 @@ from toolkit.systems import (
     wait_for,
     work_topic,
 )
-from toolkit.topics import read_topic
+from toolkit.topics import drop_topics, read_topic
 from wayline.core.settings import Settings
 from wayline.registry.db import Database
 from wayline.registry.subscription import Mode
@@ -240,29 +240,33 @@ def one_round(bench: Bench, run: int, scenario: str) -> list[dict[str, Any]]:
     systems = [s for s in SYSTEMS if s in args.systems]
     systems = systems[run % len(systems):] + systems[:run % len(systems)]
     stamp = f"r{run}t{int(time.time()) % 100_000}"
-    measurements: list[tuple[str, Callable[[], dict[str, Any]]]]
+    measurements: list[tuple[str, str, Callable[[], dict[str, Any]]]]
     if scenario in ("backlog", "batch"):
         events = args.backlog_events if scenario == "backlog" else args.batch_events
         mode: Mode = "streaming" if scenario == "backlog" else "batch"
         # One backlog per round, drained by each system in turn from its own start.
         prefix = fresh_topics(bench, f"{stamp}{scenario}")
         loadgen.produce(bench.settings.kafka_bootstrap(), bench.events(prefix, stamp).records(events))
-        measurements = [(s, partial(backlog, bench, s, f"{stamp}{scenario}{s}", prefix, events, mode))
-                        for s in systems]
+        measurements = [(s, f"{stamp}{scenario}{s}", partial(backlog, bench, s, f"{stamp}{scenario}{s}", prefix,
+                                                             events, mode)) for s in systems]
     elif scenario == "steady":
-        measurements = [(s, partial(steady, bench, s, f"{stamp}s{int(rate)}{s}", rate))
+        measurements = [(s, f"{stamp}s{int(rate)}{s}", partial(steady, bench, s, f"{stamp}s{int(rate)}{s}", rate))
                         for rate in args.rates for s in systems]
     elif scenario == "batch_latency":
-        measurements = [(s, partial(steady, bench, s, f"{stamp}b{int(rate)}{s}", rate, "batch"))
+        measurements = [(s, f"{stamp}b{int(rate)}{s}", partial(steady, bench, s, f"{stamp}b{int(rate)}{s}", rate, "batch"))
                         for rate in args.batch_rates for s in systems if s != "floor"]
     else:
-        measurements = [(s, partial(spike, bench, s, f"{stamp}spike{s}")) for s in systems]
+        measurements = [(s, f"{stamp}spike{s}", partial(spike, bench, s, f"{stamp}spike{s}")) for s in systems]
     results = []
-    for system, measure in measurements:
+    for system, tag, measure in measurements:
         result = measure() | {"run": run, "system": system, "layout": bench.layout, "partitions": bench.partitions,
                               "load_average": os.getloadavg()}
         print(json.dumps(result), flush=True)
         results.append(result)
+        # Each measurement's topics go with it (toolkit.topics.drop_topics), a backlog's shared ones after the last.
+        drop_topics(bench.settings.kafka_bootstrap(), tag)
+    if scenario in ("backlog", "batch"):
+        drop_topics(bench.settings.kafka_bootstrap(), f"{stamp}{scenario}.")
     return results
 
 

@@ -8,8 +8,10 @@ import uuid
 from collections.abc import Callable
 from typing import TypeVar
 
-from confluent_kafka import OFFSET_END, Consumer, KafkaError, Message, Producer, TopicPartition
+from confluent_kafka import OFFSET_END, Consumer, KafkaError, Message, TopicPartition
 from confluent_kafka.admin import AdminClient
+
+from wayline.stack.loadgen import Producers
 
 Row = TypeVar("Row")
 
@@ -51,6 +53,22 @@ SETTLED_ROUNDS = 5
 in the first 10 s of a 1,000/s load on 500 topics)."""
 
 
+def described(bootstrap: str, topics: list[str], within_s: float) -> dict[str, list[int]]:
+    """Each of ``topics``' partition numbers, once the broker's metadata has them all (just
+    after many topics were created or deleted, it lags)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    deadline = time.monotonic() + within_s
+    while True:
+        known = admin.list_topics(timeout=10).topics
+        if all(topic in known and known[topic].partitions for topic in topics):
+            return {topic: list(known[topic].partitions) for topic in topics}
+        if time.monotonic() > deadline:
+            missing = sorted(set(topics) - set(known))
+            raise TimeoutError(f"{len(missing)} topics (first {missing[:1]}) not in the broker's metadata "
+                               f"after {within_s:g} s")
+        time.sleep(0.5)
+
+
 def settle(bootstrap: str, topics: list[str], *, within_s: float = 120.0) -> float:
     """Write a record to every partition of ``topics`` (made with ``LogAppendTime``), a round
     a second, until the broker appends every one within :data:`SETTLED_LAG_S`
@@ -61,9 +79,9 @@ def settle(bootstrap: str, topics: list[str], *, within_s: float = 120.0) -> flo
     (docs/benchmarks.md, "The 500-topic stall is the broker's first writes to new topics").
     A user's topics are long-lived, so a measurement starts on settled ones. Returns the
     seconds it took."""
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
-    known = producer.list_topics(timeout=10).topics
-    partitions = [TopicPartition(topic, p) for topic in topics for p in known[topic].partitions]
+    producer = Producers({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    partitions = [TopicPartition(topic, p) for topic, numbers in described(bootstrap, topics, within_s).items()
+                  for p in numbers]
     lags: list[float] = []
 
     def stamped(error: KafkaError | None, record: Message) -> None:
@@ -86,3 +104,22 @@ def settle(bootstrap: str, topics: list[str], *, within_s: float = 120.0) -> flo
     for future in futures.values():
         future.result(timeout=30)
     return time.monotonic() - began
+
+
+def drop_topics(bootstrap: str, containing: str, *, within_s: float = 120.0) -> int:
+    """Delete every topic whose name contains ``containing`` (a measurement's tag) and wait
+    until the broker's metadata has none of them; how many there were. A user's broker holds
+    its few hundred topics; one that kept every measurement's 500 held 2,000 partitions after
+    four, and its appends stalled for seconds (docs/benchmarks.md, issue 25, "The 500-topic
+    stall is the load generator's and the bench's")."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    doomed = [topic for topic in admin.list_topics(timeout=10).topics if containing in topic]
+    if doomed:
+        for future in admin.delete_topics(doomed).values():
+            future.result(timeout=within_s)
+    deadline = time.monotonic() + within_s
+    while any(containing in topic for topic in admin.list_topics(timeout=10).topics):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"topics with {containing!r} still listed {within_s:g} s after their deletion")
+        time.sleep(0.5)
+    return len(doomed)

@@ -72,7 +72,8 @@ class KafkaSettings(_Section):
     fetch_max_wait_ms: int = 10
     stream_fetch_min_bytes: int = Field(
         default=65_536, ge=1,
-        description="readers that never end (the real-time matching read, the intake and sender processes): the "
+        description="readers that never end (the real-time matching read and the sender processes; the intake's "
+                    "fetches over many topics are answered at the first byte, see delivery/runtime/intake.py): the "
                     "broker answers a fetch once this many bytes are ready, or after stream_fetch_max_wait_ms; at 1 "
                     "each arriving record woke a poll, whose fixed cost was most of their CPU at a few hundred events/s",
     )

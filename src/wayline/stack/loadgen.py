@@ -199,12 +199,13 @@ def paced(rate: float, seconds: float = math.inf, *, tick_s: float = TICK_S,
 
 
 class Producers:
-    """Producers sharing the topics written to, :data:`TOPICS_PER_PRODUCER` each, in the order
+    """Producers sharing the topics written to, ``topics_per_producer`` each, in the order
     they are first written to: a topic always goes through the same one, so its records keep
     their order. Produces, polls and flushes as one ``confluent_kafka.Producer`` does."""
 
-    def __init__(self, config: dict[str, Any]) -> None:
+    def __init__(self, config: dict[str, Any], *, topics_per_producer: int = TOPICS_PER_PRODUCER) -> None:
         self._config = config
+        self._share = topics_per_producer
         self._producers: list[Producer] = []
         self._by_topic: dict[str, Producer] = {}
 
@@ -215,7 +216,7 @@ class Producers:
     def _for(self, topic: str) -> Producer:
         producer = self._by_topic.get(topic)
         if producer is None:
-            if len(self._by_topic) >= len(self._producers) * TOPICS_PER_PRODUCER:
+            if len(self._by_topic) >= len(self._producers) * self._share:
                 from confluent_kafka import Producer
 
                 self._producers.append(Producer(self._config))

@@ -62,6 +62,17 @@ FIRST_WAIT_S = 0.5
 """How long a poll waits for a first record; also how late an idle process sees a stop."""
 MAX_BATCH = 10_000
 """Records copied per flush and commit at most: the flush's round trip is shared by all."""
+GATHER_S = 0.02
+"""After a first record, how long more are gathered into its copy, unless :data:`MAX_BATCH`
+come sooner: the broker answers the intake's fetches at the first byte (:data:`FETCH_MIN_BYTES`),
+so without it each copy, flush and commit would carry a record or two."""
+FETCH_MIN_BYTES = 1
+"""The intake's fetches are answered at the first byte, not at ``kafka.stream_fetch_min_bytes``.
+A fetch the broker holds is checked against every partition it names on each append to any
+of them, under the fetch's lock: one held over 500 topics (64 KiB or 100 ms) stalled the
+broker's appends to those topics for 2-10 s at 300 and 1,000 events/s, before anything read
+them (docs/benchmarks.md, issue 25, "The 500-topic stall: a held fetch over 500 partitions").
+The readers of Wayline's own topics (a few partitions each) keep the setting."""
 SESSION_TIMEOUT_MS = 10_000
 """A process that died (kill -9) keeps its partitions this long before the group moves them."""
 METADATA_REFRESH_MS = 5_000
@@ -117,6 +128,7 @@ class Intake:
             "session.timeout.ms": SESSION_TIMEOUT_MS,
             "topic.metadata.refresh.interval.ms": METADATA_REFRESH_MS,
             **settings.kafka.stream_fetch(),
+            "fetch.min.bytes": FETCH_MIN_BYTES,
         })
         try:
             self._partitions = len(self._consumer.list_topics(self._topic, timeout=10).topics[self._topic].partitions)
@@ -138,7 +150,7 @@ class Intake:
             if first is None:
                 self._commit_due()
                 continue
-            records = [first, *self._consumer.consume(MAX_BATCH - 1, 0)]
+            records = [first, *self._consumer.consume(MAX_BATCH - 1, GATHER_S)]
             try:
                 self.copy(records)
             except RetryLater as exc:
@@ -233,7 +245,7 @@ def running_intake(settings: Settings) -> AbstractContextManager[list[int]]:
 
 
 __all__ = [
-    "FAILED_COPY_PAUSE_S", "FIRST_WAIT_S", "INTAKE_COMMAND", "MAX_BATCH", "METADATA_REFRESH_MS", "ORIGIN_HEADERS",
+    "FAILED_COPY_PAUSE_S", "FETCH_MIN_BYTES", "FIRST_WAIT_S", "GATHER_S", "INTAKE_COMMAND", "MAX_BATCH", "METADATA_REFRESH_MS", "ORIGIN_HEADERS",
     "ORIGIN_OFFSET", "ORIGIN_PARTITION", "ORIGIN_TOPIC", "SESSION_TIMEOUT_MS", "Intake", "ensure_intake_topic",
     "intake_partitions", "run_intake", "running_intake", "uses_intake",
 ]
