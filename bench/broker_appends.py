@@ -8,12 +8,12 @@ them 5 s before a paced load of ``--rate`` events/s for ``--seconds``. Afterward
 record is read back: its append time less the ``time`` its producer wrote in it. Reported
 per case: p50 and p99 overall and per 10 s. Readers (librdkafka consumers): ``plain`` is the
 plain sender's (``fetch.wait.max.ms`` 10, answered at the first byte), ``held`` Wayline's
-stream readers' (answered at 64 KiB or after 100 ms), ``intake`` the intake's (100 ms, the
-first byte). The cases run in the order given, each on a broker warmed by the ones before.
+stream readers' (answered at 64 KiB or after 100 ms), ``intake`` the intake's over more than
+``intake.HELD_FETCH_MAX_PARTITIONS`` partitions (100 ms, the first byte). The cases run in the order given, each on a broker warmed by the ones before.
 
-    nice -n -15 .venv/bin/python bench/broker_appends.py --cases 1:plain,64:plain,64:held,64:intake
+    nice -n -15 .venv/bin/python bench/broker_appends.py --cases 500:plain,64:plain,64:held,64:intake
 
-(``1``: one producer for all 500 topics; ``64``: a producer per 64 topics, the load
+(``500``: one producer for all 500 topics; ``64``: a producer per 64 topics, the load
 generator's default, ``loadgen.TOPICS_PER_PRODUCER``.)
 """
 
@@ -38,16 +38,16 @@ from toolkit.stats import quantile
 from toolkit.systems import APPENDED
 from toolkit.topics import read_topic, settle
 from wayline.core.kafka import ensure_topics
-from wayline.core.settings import KafkaSettings
+from wayline.core.settings import Settings
 from wayline.delivery.runtime import intake
 from wayline.stack import loadgen
 
-_STREAM = KafkaSettings().stream_fetch()
+_STREAM = Settings().kafka.stream_fetch()
 READERS: dict[str, dict[str, Any] | None] = {
     "none": None,
     "plain": PLAIN_FETCH,
     "held": _STREAM,
-    "intake": {**_STREAM, "fetch.min.bytes": intake.FETCH_MIN_BYTES},
+    "intake": intake.intake_fetch(Settings(), intake.HELD_FETCH_MAX_PARTITIONS + 1),
 }
 WINDOW_S = 10
 
@@ -117,7 +117,7 @@ def one_case(bootstrap: str, number: int, topics_per_producer: int, reader: str,
 
 def parse_args() -> argparse.Namespace:
     parser = cli.parser(__doc__, out=("--out",))
-    parser.add_argument("--cases", type=cli.comma(str), default=["1:plain", "64:plain", "64:held", "64:intake"],
+    parser.add_argument("--cases", type=cli.comma(str), default=["500:plain", "64:plain", "64:held", "64:intake"],
                         help=f"topics per producer and reader ({', '.join(READERS)}), each case on new topics")
     parser.add_argument("--rate", type=float, default=1000)
     parser.add_argument("--seconds", type=float, default=30)

@@ -52,12 +52,13 @@ PROGRESS_EVERY = 1000
 REGIONS = ("eu-west", "eu-central", "us-east", "us-west", "ap-south")
 TOPICS_PER_PRODUCER = 64
 """librdkafka sends a produce request per partition, and the broker takes a connection's
-requests one at a time. One producer writing 500 one-partition topics at 1,000 events/s sent
-a request per event down one connection; on a busy 2-core machine the broker fell behind
-and records waited 6–28 s in flight before it appended them (8 producers: 0.05 s at the
-p99; docs/benchmarks.md, "The 500-topic stall is the load generator's one connection").
-A user's hundreds of topics are written by many services, so the load generator spreads its
-topics over producers too."""
+requests one at a time: one producer writing 500 one-partition topics at 1,000 events/s
+sends about a request per event down one connection. In one probe it had 5,000 requests in
+flight and the broker appended records up to 29 s after they were made, where 8 producers
+saw 0.05 s at the p99; later runs on a warmer broker did not repeat the gap (the first
+seconds of any new load on 500 topics can lag; docs/benchmarks.md, issue 25, "The 500-topic
+stall, second look"). A user's hundreds of topics are written by many services, so the load
+generator spreads its topics over producers too."""
 
 
 @dataclass(frozen=True)

@@ -20,12 +20,15 @@ from wayline.core.kafka import ensure_topics
 from wayline.core.settings import Settings
 from wayline.core.topics import ReservedTopics
 from wayline.delivery.runtime.intake import (
+    HELD_FETCH_MAX_PARTITIONS,
     INTAKE_COMMAND,
     ORIGIN_HEADERS,
     ORIGIN_OFFSET,
     ORIGIN_PARTITION,
     ORIGIN_TOPIC,
+    intake_fetch,
     intake_partitions,
+    source_partitions,
     uses_intake,
 )
 
@@ -53,6 +56,24 @@ def test_auto_takes_the_intake_exactly_where_the_real_time_trigger_could_not_hol
 def test_the_intake_topic_has_what_the_real_time_trigger_holds_with_a_slot_to_spare(base_settings: Settings) -> None:
     assert [intake_partitions(_intake(base_settings, "auto"), cores) for cores in (1, 2, 8)] == [1, 1, 7]
     assert intake_partitions(_intake(base_settings, "auto", partitions=5), 2) == 5
+
+
+def test_the_intake_holds_its_fetches_over_few_partitions_and_not_over_many(base_settings: Settings) -> None:
+    # Held over 500 partitions, a fetch made the broker check all of them on every append.
+    held = base_settings.kafka.stream_fetch()
+    assert intake_fetch(base_settings, 40) == held  # the demo's 20 x 2
+    assert intake_fetch(base_settings, HELD_FETCH_MAX_PARTITIONS) == held
+    assert intake_fetch(base_settings, 500) == {**held, "fetch.min.bytes": 1}
+
+
+def test_the_source_partitions_counted_are_the_delivered_topics(settings: Settings, unique: str) -> None:
+    bootstrap = settings.kafka_bootstrap()
+    ours = settings.model_copy(update={"kafka": settings.kafka.model_copy(update={
+        "event_topic_prefix": f"counted.{unique}.", "alert_topic_prefix": f"alerted.{unique}."})})
+    ensure_topics(bootstrap, [f"counted.{unique}.a", f"counted.{unique}.b"], 3)
+    ensure_topics(bootstrap, [f"alerted.{unique}.x"], 1)
+    ensure_topics(bootstrap, [f"other.{unique}.counted.{unique}.a"], 5)
+    assert source_partitions(Producer({"bootstrap.servers": bootstrap}), ours) == 7
 
 
 def test_the_intake_topic_is_reserved(base_settings: Settings) -> None:

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import threading
 import time
 import zlib
@@ -64,15 +65,21 @@ MAX_BATCH = 10_000
 """Records copied per flush and commit at most: the flush's round trip is shared by all."""
 GATHER_S = 0.02
 """After a first record, how long more are gathered into its copy, unless :data:`MAX_BATCH`
-come sooner: the broker answers the intake's fetches at the first byte (:data:`FETCH_MIN_BYTES`),
-so without it each copy, flush and commit would carry a record or two."""
-FETCH_MIN_BYTES = 1
-"""The intake's fetches are answered at the first byte, not at ``kafka.stream_fetch_min_bytes``.
-A fetch the broker holds is checked against every partition it names on each append to any
-of them, under the fetch's lock: one held over 500 topics (64 KiB or 100 ms) stalled the
-broker's appends to those topics for 2-10 s at 300 and 1,000 events/s, before anything read
-them (docs/benchmarks.md, issue 25, "The 500-topic stall: a held fetch over 500 partitions").
-The readers of Wayline's own topics (a few partitions each) keep the setting."""
+come sooner: over many partitions the broker answers the intake's fetches at the first byte
+(:data:`HELD_FETCH_MAX_PARTITIONS`),
+so without it each copy, flush and commit would carry a record or two (for any
+partition count: a held fetch returns sooner than this at the rates where it is held)."""
+HELD_FETCH_MAX_PARTITIONS = 100
+"""Up to this many source partitions the intake's fetches are held as every stream reader's
+are (``kafka.stream_fetch_min_bytes`` or ``stream_fetch_max_wait_ms``); over it they are
+answered at the first byte. The broker holds a fetch until enough bytes are there, and on
+each append to any partition it names, checks all of them under the fetch's lock: the cost
+grows with the partitions. Held over 500 topics, the broker appended the events of Wayline's
+300/s runs 2.2–6.8 s late at the p99 (four runs; the plain sender's beside: 0.04–0.4 s); at
+the first byte, 0.06–0.07 s (two runs). Over the demo's 40 partitions the held fetch did
+no such thing, and answered at the first byte the intake took 0.18 CPU s per 1,000 events
+at 300/s, which put Wayline at 2.10× the plain sender's CPU against 1.97× held
+(docs/benchmarks.md, issue 25, "The 500-topic stall, second look")."""
 SESSION_TIMEOUT_MS = 10_000
 """A process that died (kill -9) keeps its partitions this long before the group moves them."""
 METADATA_REFRESH_MS = 5_000
@@ -95,6 +102,25 @@ def intake_partitions(settings: Settings, cores: int) -> int:
     """Partitions of the intake topic: ``delivery.intake_partitions``, or what the
     real-time trigger holds on ``cores`` with one to spare."""
     return settings.delivery.intake_partitions or max(1, cores - 1)
+
+
+def source_partitions(client: Producer, settings: Settings) -> int:
+    """How many partitions the delivered topics have now (a topic created later is read, but
+    not counted, until the process starts again)."""
+    pattern = re.compile(delivered_topic_pattern(settings))
+    try:
+        topics = client.list_topics(timeout=10).topics
+    except KafkaException as exc:
+        raise RetryLater(f"Kafka at {settings.kafka_bootstrap()} did not list its topics: {exc}") from exc
+    return sum(len(topic.partitions) for name, topic in topics.items() if pattern.match(name))
+
+
+def intake_fetch(settings: Settings, partitions: int) -> dict[str, int]:
+    """The intake consumer's fetch settings over ``partitions`` source partitions
+    (:data:`HELD_FETCH_MAX_PARTITIONS`)."""
+    if partitions <= HELD_FETCH_MAX_PARTITIONS:
+        return settings.kafka.stream_fetch()
+    return {**settings.kafka.stream_fetch(), "fetch.min.bytes": 1}
 
 
 def ensure_intake_topic(settings: Settings, cores: int) -> None:
@@ -127,8 +153,7 @@ class Intake:
             "partition.assignment.strategy": "cooperative-sticky",
             "session.timeout.ms": SESSION_TIMEOUT_MS,
             "topic.metadata.refresh.interval.ms": METADATA_REFRESH_MS,
-            **settings.kafka.stream_fetch(),
-            "fetch.min.bytes": FETCH_MIN_BYTES,
+            **intake_fetch(settings, source_partitions(self._producer, settings)),
         })
         try:
             self._partitions = len(self._consumer.list_topics(self._topic, timeout=10).topics[self._topic].partitions)
@@ -245,7 +270,7 @@ def running_intake(settings: Settings) -> AbstractContextManager[list[int]]:
 
 
 __all__ = [
-    "FAILED_COPY_PAUSE_S", "FETCH_MIN_BYTES", "FIRST_WAIT_S", "GATHER_S", "INTAKE_COMMAND", "MAX_BATCH", "METADATA_REFRESH_MS", "ORIGIN_HEADERS",
+    "FAILED_COPY_PAUSE_S", "FIRST_WAIT_S", "GATHER_S", "HELD_FETCH_MAX_PARTITIONS", "INTAKE_COMMAND", "MAX_BATCH", "METADATA_REFRESH_MS", "ORIGIN_HEADERS",
     "ORIGIN_OFFSET", "ORIGIN_PARTITION", "ORIGIN_TOPIC", "SESSION_TIMEOUT_MS", "Intake", "ensure_intake_topic",
-    "intake_partitions", "run_intake", "running_intake", "uses_intake",
+    "intake_fetch", "intake_partitions", "run_intake", "running_intake", "source_partitions", "uses_intake",
 ]
