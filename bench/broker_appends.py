@@ -8,8 +8,9 @@ them 5 s before a paced load of ``--rate`` events/s for ``--seconds``. Afterward
 record is read back: its append time less the ``time`` its producer wrote in it. Reported
 per case: p50 and p99 overall and per 10 s. Readers (librdkafka consumers): ``plain`` is the
 plain sender's (``fetch.wait.max.ms`` 10, answered at the first byte), ``held`` Wayline's
-stream readers' (answered at 64 KiB or after 100 ms), ``intake`` the intake's over more than
-``intake.HELD_FETCH_MAX_PARTITIONS`` partitions (100 ms, the first byte). The cases run in the order given, each on a broker warmed by the ones before.
+stream readers' (answered at 64 KiB or after 100 ms), ``intake`` the intake's over more
+than ``intake.HELD_FETCH_MAX_PARTITIONS`` partitions (100 ms, the first byte). The cases
+run in the order given, each on a broker warmed by the ones before.
 
     nice -n -15 .venv/bin/python bench/broker_appends.py --cases 500:plain,64:plain,64:held,64:intake
 

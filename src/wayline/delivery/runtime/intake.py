@@ -66,9 +66,8 @@ MAX_BATCH = 10_000
 GATHER_S = 0.02
 """After a first record, how long more are gathered into its copy, unless :data:`MAX_BATCH`
 come sooner: over many partitions the broker answers the intake's fetches at the first byte
-(:data:`HELD_FETCH_MAX_PARTITIONS`),
-so without it each copy, flush and commit would carry a record or two (for any
-partition count: a held fetch returns sooner than this at the rates where it is held)."""
+(:data:`HELD_FETCH_MAX_PARTITIONS`), and without it each copy, flush and commit would carry
+a record or two."""
 HELD_FETCH_MAX_PARTITIONS = 100
 """Up to this many source partitions the intake's fetches are held as every stream reader's
 are (``kafka.stream_fetch_min_bytes`` or ``stream_fetch_max_wait_ms``); over it they are
