@@ -64,10 +64,10 @@ FIRST_WAIT_S = 0.5
 MAX_BATCH = 10_000
 """Records copied per flush and commit at most: the flush's round trip is shared by all."""
 GATHER_S = 0.02
-"""After a first record, how long more are gathered into its copy, unless :data:`MAX_BATCH`
-come sooner: over many partitions the broker answers the intake's fetches at the first byte
-(:data:`HELD_FETCH_MAX_PARTITIONS`), and without it each copy, flush and commit would carry
-a record or two."""
+"""When the intake's fetches are answered at the first byte (:data:`HELD_FETCH_MAX_PARTITIONS`),
+how long after a first record more are gathered into its copy, unless :data:`MAX_BATCH` come
+sooner: without it each copy, flush and commit would carry a record or two. A held fetch
+brings its batch whole, so then a copy takes what has come and waits for nothing more."""
 HELD_FETCH_MAX_PARTITIONS = 100
 """Up to this many source partitions the intake's fetches are held as every stream reader's
 are (``kafka.stream_fetch_min_bytes`` or ``stream_fetch_max_wait_ms``); over it they are
@@ -141,6 +141,8 @@ class Intake:
             "enable.idempotence": True,
             "linger.ms": settings.kafka.stream_linger_ms,
         })
+        fetch = intake_fetch(settings, source_partitions(self._producer, settings))
+        self._gather_s = GATHER_S if fetch["fetch.min.bytes"] == 1 else 0.0
         self._consumer = Consumer({
             "bootstrap.servers": bootstrap,
             "group.id": delivery.intake_group,
@@ -152,7 +154,7 @@ class Intake:
             "partition.assignment.strategy": "cooperative-sticky",
             "session.timeout.ms": SESSION_TIMEOUT_MS,
             "topic.metadata.refresh.interval.ms": METADATA_REFRESH_MS,
-            **intake_fetch(settings, source_partitions(self._producer, settings)),
+            **fetch,
         })
         try:
             self._partitions = len(self._consumer.list_topics(self._topic, timeout=10).topics[self._topic].partitions)
@@ -174,7 +176,7 @@ class Intake:
             if first is None:
                 self._commit_due()
                 continue
-            records = [first, *self._consumer.consume(MAX_BATCH - 1, GATHER_S)]
+            records = [first, *self._consumer.consume(MAX_BATCH - 1, self._gather_s)]
             try:
                 self.copy(records)
             except RetryLater as exc:
